@@ -1,0 +1,44 @@
+# lowbit: build, test, kernels, bench.
+GO        ?= go
+BIN       ?= bin/lowbit
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+GOFLAGS_BUILD = -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
+export CGO_ENABLED = 0
+
+.PHONY: build test test-short vet fuzz bench kernels devbin clean
+
+build:
+	$(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./cmd/lowbit
+
+# The test command CI runs (see README and .ci/run).
+test:
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m ./...
+
+test-short:
+	$(GO) test -short ./...
+
+# A short pass of every fuzz target (set FUZZTIME to go longer).
+FUZZTIME ?= 10s
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep ^Fuzz); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# Compile the CUDA kernels to PTX. Needs nvcc (the GPU machine); the PTX is committed.
+NVCC ?= nvcc
+kernels:
+	$(MAKE) -C gpu/kernels NVCC=$(NVCC)
+
+# Static binaries for the GPU machine (carried in .devbin, which git ignores).
+devbin:
+	mkdir -p .devbin
+	$(GO) build $(GOFLAGS_BUILD) -o .devbin/lowbit ./cmd/lowbit
+
+clean:
+	rm -rf bin .devbin
