@@ -1,0 +1,137 @@
+package manifest
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const zeroSum = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+func validManifest() *Manifest {
+	e := 0.01
+	return &Manifest{
+		FormatVersion: FormatVersion,
+		LowbitVersion: "test",
+		Source:        Source{RepoID: "org/model", Files: []File{{Path: "model.safetensors", Size: 100, SHA256: zeroSum}}},
+		Architecture:  json.RawMessage(`{"arch":"llama"}`),
+		Quantization:  Quantization{Format: "q4", GroupSize: 32, EmbeddingFormat: "q8", OutputFormat: "q8", Search: true},
+		Files:         []File{{Path: "model.safetensors", Size: 40, SHA256: zeroSum}},
+		Tensors: []Tensor{
+			{Name: "w", Shape: []int64{2, 32}, Format: "q4", GroupSize: 32, RelL2Error: &e, Parts: []Part{
+				{Role: RoleQWeight, Tensor: "w.qweight", DType: "U8", Shape: []int64{2, 16}, File: "model.safetensors", Offsets: [2]int64{0, 32}, SHA256: zeroSum},
+				{Role: RoleScales, Tensor: "w.scales", DType: "F16", Shape: []int64{2, 1}, File: "model.safetensors", Offsets: [2]int64{32, 36}, SHA256: zeroSum},
+				{Role: RoleMins, Tensor: "w.mins", DType: "F16", Shape: []int64{2, 1}, File: "model.safetensors", Offsets: [2]int64{36, 40}, SHA256: zeroSum},
+			}},
+			{Name: "norm", Shape: []int64{32}, Format: "f32", Parts: []Part{
+				{Role: RoleData, Tensor: "norm", DType: "F32", Shape: []int64{32}, File: "model.safetensors", Offsets: [2]int64{40, 168}, SHA256: zeroSum},
+			}},
+		},
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	m := validManifest()
+	m.Summarize()
+	if err := m.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Summary.Parameters != 2*32+32 {
+		t.Errorf("parameters = %d, want 96", got.Summary.Parameters)
+	}
+	if got.Summary.MaxErrorTensor != "w" || got.Summary.MaxRelL2Error != 0.01 {
+		t.Errorf("summary max error = %v %q", got.Summary.MaxRelL2Error, got.Summary.MaxErrorTensor)
+	}
+	if p, ok := got.Tensors[0].Part(RoleScales); !ok || p.Tensor != "w.scales" {
+		t.Errorf("Part(scales) = %+v, %v", p, ok)
+	}
+	if _, ok := got.Tensor("norm"); !ok {
+		t.Error("Tensor(norm) not found")
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 || entries[0].Name() != FileName {
+		t.Errorf("directory holds %v, want only %s (no temporary files)", entries, FileName)
+	}
+}
+
+func TestReadErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(m *Manifest)
+		raw    string
+		want   string
+	}{
+		{name: "version", mutate: func(m *Manifest) { m.FormatVersion = 99 }, want: "format_version 99"},
+		{name: "no architecture", mutate: func(m *Manifest) { m.Architecture = nil }, want: "architecture"},
+		{name: "no format", mutate: func(m *Manifest) { m.Quantization.Format = "" }, want: "quantization.format"},
+		{name: "duplicate tensor", mutate: func(m *Manifest) { m.Tensors[1].Name = "w" }, want: `"w" is listed twice`},
+		{name: "bad role", mutate: func(m *Manifest) { m.Tensors[0].Parts[0].Role = "weird" }, want: "part role"},
+		{name: "bad sha", mutate: func(m *Manifest) { m.Tensors[0].Parts[1].SHA256 = "abc" }, want: "sha256"},
+		{name: "bad offsets", mutate: func(m *Manifest) { m.Tensors[0].Parts[0].Offsets = [2]int64{10, 2} }, want: "offsets"},
+		{name: "escaping file", mutate: func(m *Manifest) { m.Tensors[0].Parts[0].File = "../x.safetensors" }, want: "plain relative path"},
+		{name: "negative dim", mutate: func(m *Manifest) { m.Tensors[1].Shape = []int64{-1} }, want: "negative dimension"},
+		{name: "no parts", mutate: func(m *Manifest) { m.Tensors[1].Parts = nil }, want: "no parts"},
+		{name: "scales only", mutate: func(m *Manifest) { m.Tensors[0].Parts = m.Tensors[0].Parts[1:] }, want: "neither a data nor a qweight"},
+		{name: "unknown field", raw: `{"format_version":1,"surprise":true}`, want: "surprise"},
+		{name: "not json", raw: `{"format_version":`, want: "manifest"},
+		{name: "trailing", raw: "", want: "trailing"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			raw := []byte(tc.raw)
+			if tc.mutate != nil || tc.name == "trailing" {
+				m := validManifest()
+				if tc.mutate != nil {
+					tc.mutate(m)
+				}
+				raw, _ = json.Marshal(m)
+				if tc.name == "trailing" {
+					raw = append(raw, []byte(" {}")...)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(dir, FileName), raw, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Read(dir)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Read error = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestReadMissing(t *testing.T) {
+	_, err := Read(t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "not a lowbit model directory") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	good, _ := json.Marshal(validManifest())
+	f.Add(good)
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"format_version":1,"architecture":{},"quantization":{"format":"q4"},"tensors":[{"name":"a","shape":[1],"format":"f32","parts":[]}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := Parse(data)
+		if err != nil {
+			return
+		}
+		// Whatever parses must survive a re-encode and re-parse unchanged in meaning.
+		b, err := m.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Parse(b); err != nil {
+			t.Fatalf("re-parse of an accepted manifest failed: %v", err)
+		}
+	})
+}
