@@ -1,0 +1,131 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"lowbit/convert"
+)
+
+func newConvertCmd() *cobra.Command {
+	var (
+		opts       convert.Options
+		listModels bool
+		asJSON     bool
+		quiet      bool
+		format     string
+		offline    bool
+		workers    int
+	)
+	cmd := &cobra.Command{
+		Use:   "convert <model-dir | alias | org/repo>",
+		Short: "Download, quantize, export with a manifest, and validate a model",
+		Example: `  lowbit convert --list-models
+  lowbit convert ./TinyLlama-1.1B-Chat-v1.0 --bits 4 --out ./tinyllama-q4
+  lowbit convert tinyllama --bits 4
+  lowbit convert bitnet-2b --bits ternary`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if listModels {
+				return cobra.NoArgs(cmd, args)
+			}
+			return cobra.ExactArgs(1)(cmd, args)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			out := cmd.OutOrStdout()
+			if listModels {
+				return listRegistry(cmd, asJSON)
+			}
+			switch format {
+			case "safetensors":
+			case "npz":
+				opts.NPZ = true
+			default:
+				return fmt.Errorf("--format %q: want safetensors or npz", format)
+			}
+			opts.Source = args[0]
+			opts.Progress = progressWriter(quiet || asJSON)
+			opts.Version = version
+			opts.Workers = workers
+			fetcher, err := newFetcher(offline, workers, opts.Progress)
+			if err != nil {
+				return err
+			}
+			opts.Fetcher = fetcher
+			res, err := convert.Run(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(out, res)
+			}
+			s := res.Summary
+			fmt.Fprintf(out, "wrote %s: %d tensors, %s -> %s (%.2f bits/weight), mean rel. error %.4f (max %.4f in %s), %.1fs\n",
+				res.OutDir, res.Tensors, humanBytes(s.SourceBytes), humanBytes(s.OutputBytes), s.BitsPerWeight,
+				s.MeanRelL2Error, s.MaxRelL2Error, s.MaxErrorTensor, res.Seconds)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&listModels, "list-models", false, "list the built-in model registry")
+	f.StringVar(&opts.Bits, "bits", "", "format of linear weights: 1, 2, 4, 8 or ternary (default 4; ternary for BitNet)")
+	f.IntVar(&opts.GroupSize, "group-size", 0, "weights per scale group (default: the format's, 32)")
+	f.StringVar(&opts.EmbeddingBits, "embedding-bits", "8", "format of token embeddings: 8, 4, ... or f16, bf16, f32 to keep floats")
+	f.StringVar(&opts.OutputBits, "output-bits", "8", "format of the output head: 8, 4, ... or f16, bf16, f32")
+	f.StringVarP(&opts.Out, "out", "o", "", "output directory (default ./<model>-<format>)")
+	f.StringVar(&opts.Revision, "revision", "", "Hub revision: branch, tag or commit (default main)")
+	f.BoolVar(&opts.Force, "force", false, "replace an existing output directory")
+	f.BoolVar(&opts.NoSearch, "no-search", false, "plain min/max scales instead of the error-minimizing clipping search")
+	f.BoolVar(&opts.AllowNonFinite, "allow-nonfinite", false, "convert weights holding NaN or Inf (they become 0) instead of failing")
+	f.StringVar(&format, "format", "safetensors", "output format: safetensors, or npz (also writes model.npz for numpy tools)")
+	f.IntVar(&workers, "workers", 0, "parallel workers (default: all cores)")
+	f.BoolVar(&offline, "offline", false, "use the HF cache only (also HF_HUB_OFFLINE=1)")
+	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.BoolVarP(&quiet, "quiet", "q", false, "no progress bars")
+	return cmd
+}
+
+// listRegistry prints the built-in models with their size at each --bits.
+func listRegistry(cmd *cobra.Command, asJSON bool) error {
+	type row struct {
+		convert.Entry
+		Parameters int64            `json:"parameters"`
+		Sizes      map[string]int64 `json:"approx_bytes"`
+	}
+	bitsList := []string{"1", "2", "4", "8", "ternary"}
+	var rows []row
+	for _, e := range convert.Registry() {
+		r := row{Entry: e, Parameters: e.TotalParams(), Sizes: map[string]int64{}}
+		for _, b := range bitsList {
+			n, err := e.EstimateBytes(b)
+			if err != nil {
+				return err
+			}
+			r.Sizes[b] = n
+		}
+		rows = append(rows, r)
+	}
+	if asJSON {
+		return printJSON(cmd.OutOrStdout(), rows)
+	}
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ALIAS\tREPO\tPARAMS\tARCHITECTURE\tGATED\t1-BIT\t2-BIT\t4-BIT\t8-BIT\tTERNARY")
+	for _, r := range rows {
+		gated := "no"
+		if r.Gated {
+			gated = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.2fB\t%s\t%s", r.Alias, r.Repo, float64(r.Parameters)/1e9, r.Architecture, gated)
+		for _, b := range bitsList {
+			fmt.Fprintf(tw, "\t%s", humanBytes(r.Sizes[b]))
+		}
+		fmt.Fprintln(tw)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "sizes are approximate: linear weights at --bits, embeddings and head at 8-bit, norms F32; any other Hub repo id works too")
+	return nil
+}

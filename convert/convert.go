@@ -1,0 +1,397 @@
+package convert
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"lowbit/manifest"
+	"lowbit/model"
+	"lowbit/quantize"
+	"lowbit/safetensors"
+)
+
+// Options are the settings of one conversion.
+type Options struct {
+	// Source is a local HF model directory, a registry alias or a Hub repo id.
+	Source   string
+	Revision string
+	// Out is the output directory; empty means ./<model>-<format> in the working directory.
+	Out string
+	// Bits is the format of linear weights: 1, 2, 4, 8 or ternary (also q1...q8, tq2, f16, bf16, f32).
+	Bits      string
+	GroupSize int
+	// EmbeddingBits and OutputBits are the formats of the token embeddings and
+	// the output head (default 8; "f16", "bf16" or "f32" keep them as floats).
+	EmbeddingBits string
+	OutputBits    string
+	// NoSearch turns the clipping and scale search off (plain min/max).
+	NoSearch       bool
+	Force          bool
+	AllowNonFinite bool
+	// NPZ also writes the stored tensors as model.npz for numpy tools.
+	NPZ     bool
+	Workers int
+	// Fetcher downloads a repo when Source is not a local directory (nil: the source must be local).
+	Fetcher Fetcher
+	// Progress receives progress bars (nil: none).
+	Progress io.Writer
+	// Version is lowbit's version, recorded in the manifest.
+	Version string
+}
+
+// Fetcher turns a repo id into a local snapshot directory; the hub client
+// implements it, and tests substitute their own.
+type Fetcher interface {
+	Fetch(ctx context.Context, repoID, revision string) (*Snapshot, error)
+}
+
+// Snapshot is a downloaded (or cached) model: where it is and which commit.
+type Snapshot struct {
+	Dir, RepoID, Revision, Commit string
+}
+
+// Result summarizes a finished conversion.
+type Result struct {
+	OutDir   string             `json:"out_dir"`
+	Source   manifest.Source    `json:"source"`
+	Summary  manifest.Summary   `json:"summary"`
+	Format   string             `json:"format"`
+	Tensors  int                `json:"tensors"`
+	Seconds  float64            `json:"seconds"`
+	Manifest *manifest.Manifest `json:"-"`
+}
+
+// settings are Options resolved to formats.
+type settings struct {
+	linear, embedding, output quantize.Format
+	groupSize                 int
+	search                    bool
+	allowNonFinite            bool
+	workers                   int
+}
+
+// auxFiles are copied from the source directory when present.
+var auxFiles = []string{
+	"config.json", "generation_config.json", "tokenizer.model", "tokenizer.json",
+	"tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "added_tokens.json",
+}
+
+// Run converts a model. On any failure or cancellation it removes what it
+// wrote: no directory that looks like a model is left behind.
+func Run(ctx context.Context, opts Options) (*Result, error) {
+	start := time.Now()
+	snap, err := resolveSource(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	cfgBytes, err := os.ReadFile(filepath.Join(snap.Dir, "config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("read model config: %w", err)
+	}
+	cfg, err := model.ParseHFConfig(cfgBytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(snap.Dir, "config.json"), err)
+	}
+	s, err := resolveSettings(opts, cfg)
+	if err != nil {
+		return nil, err
+	}
+	set, err := safetensors.OpenDir(snap.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer set.Close()
+	plans, err := planTensors(cfg, set, s)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", snap.Dir, err)
+	}
+
+	out := opts.Out
+	if out == "" {
+		base := filepath.Base(snap.Dir)
+		if snap.RepoID != "" {
+			base = filepath.Base(snap.RepoID)
+		}
+		out = base + "-" + string(s.linear)
+	}
+	if err := checkOut(out, opts.Force); err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(filepath.Clean(out)), "."+filepath.Base(out)+".partial-")
+	if err != nil {
+		return nil, fmt.Errorf("create output: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			os.RemoveAll(tmp)
+		}
+	}()
+
+	m := &manifest.Manifest{
+		FormatVersion: manifest.FormatVersion,
+		LowbitVersion: opts.Version,
+		Quantization: manifest.Quantization{
+			Format: string(s.linear), GroupSize: s.groupSize, EmbeddingFormat: string(s.embedding),
+			OutputFormat: string(s.output), Search: s.search, AllowNonFinite: s.allowNonFinite,
+		},
+	}
+	if m.Architecture, err = json.Marshal(cfg); err != nil {
+		return nil, fmt.Errorf("encode architecture: %w", err)
+	}
+	if m.Source, err = sourceRecord(snap, set); err != nil {
+		return nil, err
+	}
+	entries, err := writeTensors(ctx, set, plans, s, filepath.Join(tmp, weightsFile), opts.Progress)
+	if err != nil {
+		return nil, err
+	}
+	m.Tensors = entries
+	if opts.NPZ {
+		if err := writeNPZ(ctx, filepath.Join(tmp, weightsFile), filepath.Join(tmp, "model.npz")); err != nil {
+			return nil, err
+		}
+	}
+	for _, name := range auxFiles {
+		if err := copyFile(filepath.Join(snap.Dir, name), filepath.Join(tmp, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("copy %s: %w", name, err)
+		}
+	}
+	if m.Files, err = hashDir(tmp); err != nil {
+		return nil, err
+	}
+	m.SortFiles()
+	m.Summarize()
+	if err := m.Write(tmp); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := replaceDir(tmp, out); err != nil {
+		return nil, err
+	}
+	ok = true
+	return &Result{
+		OutDir: out, Source: m.Source, Summary: m.Summary, Format: string(s.linear),
+		Tensors: len(m.Tensors), Seconds: time.Since(start).Seconds(), Manifest: m,
+	}, nil
+}
+
+// weightsFile is the name of the stored tensors inside a model directory.
+const weightsFile = "model.safetensors"
+
+func resolveSettings(opts Options, cfg model.Config) (settings, error) {
+	bits := opts.Bits
+	if bits == "" {
+		bits = "4"
+		if cfg.Arch == "bitnet" {
+			bits = "ternary"
+		}
+	}
+	var s settings
+	var err error
+	if s.linear, err = quantize.ParseFormat(bits); err != nil {
+		return s, fmt.Errorf("--bits: %w", err)
+	}
+	parse := func(flag, v string) (quantize.Format, error) {
+		if v == "" {
+			v = "8"
+		}
+		f, err := quantize.ParseFormat(v)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", flag, err)
+		}
+		if f == quantize.TQ2 {
+			return "", fmt.Errorf("%s: ternary is for linear weights only", flag)
+		}
+		return f, nil
+	}
+	if s.embedding, err = parse("--embedding-bits", opts.EmbeddingBits); err != nil {
+		return s, err
+	}
+	if s.output, err = parse("--output-bits", opts.OutputBits); err != nil {
+		return s, err
+	}
+	if opts.GroupSize < 0 {
+		return s, fmt.Errorf("--group-size %d must be positive", opts.GroupSize)
+	}
+	if opts.GroupSize > 0 && opts.GroupSize%32 != 0 {
+		return s, fmt.Errorf("--group-size %d must be a multiple of 32", opts.GroupSize)
+	}
+	s.groupSize = opts.GroupSize
+	if s.groupSize == 0 && s.linear.Quantized() {
+		s.groupSize = s.linear.DefaultGroupSize()
+	}
+	s.search = !opts.NoSearch
+	s.allowNonFinite = opts.AllowNonFinite
+	s.workers = opts.Workers
+	if s.workers <= 0 {
+		s.workers = runtime.GOMAXPROCS(0)
+	}
+	return s, nil
+}
+
+// resolveSource finds the model directory: a local path, else a Hub repo
+// (an alias is first turned into its repo) through the fetcher.
+func resolveSource(ctx context.Context, opts Options) (*Snapshot, error) {
+	src := opts.Source
+	if src == "" {
+		return nil, errors.New("no model given: pass a directory, a registry alias (see --list-models) or a Hub repo id")
+	}
+	if st, err := os.Stat(src); err == nil {
+		if !st.IsDir() {
+			return nil, fmt.Errorf("%s is not a directory (give the model's directory)", src)
+		}
+		return &Snapshot{Dir: src}, nil
+	}
+	repo := src
+	if e, ok := Lookup(src); ok {
+		repo = e.Repo
+	} else if !strings.Contains(src, "/") {
+		return nil, fmt.Errorf("%q is neither a directory, a known alias (%s) nor a Hub repo id (org/name)", src, strings.Join(Aliases(), ", "))
+	}
+	if opts.Fetcher == nil {
+		return nil, fmt.Errorf("%s: not a local directory and no Hub client is configured", repo)
+	}
+	rev := opts.Revision
+	if rev == "" {
+		rev = "main"
+	}
+	return opts.Fetcher.Fetch(ctx, repo, rev)
+}
+
+// checkOut refuses to overwrite an existing output unless forced.
+func checkOut(out string, force bool) error {
+	st, err := os.Stat(out)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("output %s: %w", out, err)
+	}
+	if !force {
+		return fmt.Errorf("output %s already exists (use --force to replace it)", out)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("output %s exists and is not a directory", out)
+	}
+	return nil
+}
+
+// replaceDir renames the finished temporary directory into place. An
+// existing output (allowed by --force) is moved aside first and removed only
+// once the new one is in place.
+func replaceDir(tmp, out string) error {
+	var old string
+	if _, err := os.Stat(out); err == nil {
+		old = tmp + ".old"
+		if err := os.Rename(out, old); err != nil {
+			return fmt.Errorf("move old output aside: %w", err)
+		}
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		if old != "" {
+			os.Rename(old, out)
+		}
+		return fmt.Errorf("rename output into place: %w", err)
+	}
+	if old != "" {
+		os.RemoveAll(old)
+	}
+	return nil
+}
+
+// sourceRecord lists the source files with sizes and checksums.
+func sourceRecord(snap *Snapshot, set *safetensors.Set) (manifest.Source, error) {
+	src := manifest.Source{RepoID: snap.RepoID, Revision: snap.Revision, Commit: snap.Commit}
+	if abs, err := filepath.Abs(snap.Dir); err == nil {
+		src.Dir = abs
+	}
+	paths := append([]string(nil), set.Files()...)
+	if idx := filepath.Join(snap.Dir, "model.safetensors.index.json"); fileExists(idx) {
+		paths = append(paths, idx)
+	}
+	for _, name := range auxFiles {
+		if p := filepath.Join(snap.Dir, name); fileExists(p) {
+			paths = append(paths, p)
+		}
+	}
+	for _, p := range paths {
+		f, err := hashFile(p)
+		if err != nil {
+			return src, err
+		}
+		f.Path = filepath.Base(p)
+		src.Files = append(src.Files, f)
+	}
+	return src, nil
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+func hashFile(path string) (manifest.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return manifest.File{}, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return manifest.File{}, fmt.Errorf("hash %s: %w", path, err)
+	}
+	return manifest.File{Path: path, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// hashDir records every regular file of the output directory.
+func hashDir(dir string) ([]manifest.File, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var files []manifest.File
+	for _, e := range ents {
+		if !e.Type().IsRegular() || e.Name() == manifest.FileName {
+			continue
+		}
+		f, err := hashFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		f.Path = e.Name()
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// copyFile copies src to dst (dst is inside the temporary output directory).
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}

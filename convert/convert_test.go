@@ -1,0 +1,283 @@
+package convert
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"lowbit/internal/fixture"
+	"lowbit/internal/testmodels"
+	"lowbit/manifest"
+	"lowbit/quantize"
+	"lowbit/safetensors"
+)
+
+// convertFixture writes a generated model and converts it.
+func convertFixture(t *testing.T, spec fixture.Spec, opts Options) (*Result, string) {
+	t.Helper()
+	src := filepath.Join(t.TempDir(), "src")
+	if err := spec.Write(src); err != nil {
+		t.Fatal(err)
+	}
+	opts.Source = src
+	if opts.Out == "" {
+		opts.Out = filepath.Join(t.TempDir(), "out")
+	}
+	res, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("convert: %v", err)
+	}
+	return res, src
+}
+
+func TestConvertEveryBits(t *testing.T) {
+	tests := []struct {
+		bits   string
+		format quantize.Format
+		maxErr float64 // relative L2 error bound of linear weights (heavy-tailed fixture weights)
+	}{
+		{"8", quantize.Q8, 0.02},
+		{"4", quantize.Q4, 0.15},
+		{"2", quantize.Q2, 0.6},
+		{"1", quantize.Q1, 0.9},
+		{"ternary", quantize.TQ2, 0.9},
+	}
+	for _, tc := range tests {
+		t.Run(tc.bits, func(t *testing.T) {
+			res, src := convertFixture(t, fixture.Llama(), Options{Bits: tc.bits})
+			m, err := manifest.Read(res.OutDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Quantization.Format != string(tc.format) {
+				t.Errorf("format %s, want %s", m.Quantization.Format, tc.format)
+			}
+			checkStored(t, res.OutDir, m)
+			spec := fixture.Llama()
+			for name, shape := range spec.Tensors() {
+				e, ok := m.Tensor(name)
+				if !ok {
+					t.Fatalf("tensor %s missing from manifest", name)
+				}
+				switch {
+				case len(shape) == 1:
+					if e.Format != "f32" {
+						t.Errorf("%s: norm stored as %s, want f32", name, e.Format)
+					}
+				case strings.Contains(name, "embed_tokens") || strings.Contains(name, "lm_head"):
+					if e.Format != "q8" {
+						t.Errorf("%s: stored as %s, want q8", name, e.Format)
+					}
+				default:
+					if e.Format != string(tc.format) {
+						t.Errorf("%s: stored as %s, want %s", name, e.Format, tc.format)
+					}
+					if e.RelL2Error == nil || *e.RelL2Error > tc.maxErr || *e.RelL2Error <= 0 {
+						t.Errorf("%s: rel error %v, want in (0, %v]", name, e.RelL2Error, tc.maxErr)
+					}
+					checkDequant(t, res.OutDir, m, e, spec.Weights(name, shape), *e.RelL2Error)
+				}
+			}
+			for _, f := range []string{"config.json", "generation_config.json", manifest.FileName, "model.safetensors"} {
+				if _, err := os.Stat(filepath.Join(res.OutDir, f)); err != nil {
+					t.Errorf("output lacks %s: %v", f, err)
+				}
+			}
+			if len(m.Source.Files) == 0 || m.Source.Dir == "" || !strings.HasSuffix(m.Source.Dir, filepath.Base(src)) {
+				t.Errorf("source record %+v", m.Source)
+			}
+		})
+	}
+}
+
+// checkStored verifies every part's offsets and sha256 against the file.
+func checkStored(t *testing.T, dir string, m *manifest.Manifest) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := safetensors.Open(filepath.Join(dir, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, e := range m.Tensors {
+		for _, p := range e.Parts {
+			data, err := st.Data(p.Tensor)
+			if err != nil {
+				t.Fatalf("%s: %v", p.Tensor, err)
+			}
+			if got := string(raw[p.Offsets[0]:p.Offsets[1]]); got != string(data) {
+				t.Fatalf("%s: manifest offsets %v do not address its data", p.Tensor, p.Offsets)
+			}
+			if sum := sha256Hex(data); sum != p.SHA256 {
+				t.Fatalf("%s: sha256 %s, manifest says %s", p.Tensor, sum, p.SHA256)
+			}
+		}
+	}
+}
+
+// checkDequant rebuilds a quantized tensor from its stored parts and checks
+// its error against the original weights is what the manifest says.
+func checkDequant(t *testing.T, dir string, m *manifest.Manifest, e *manifest.Tensor, orig []float32, want float64) {
+	t.Helper()
+	d, err := manifest.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	q, err := d.Weight(e.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := quantize.RelL2(orig, q.Dequantize())
+	if math.Abs(got-want) > 1e-6*math.Max(1, want) {
+		t.Errorf("%s: dequantized error %v, manifest says %v", e.Name, got, want)
+	}
+}
+
+func TestConvertShardedBF16(t *testing.T) {
+	spec := fixture.Llama()
+	spec.Shards, spec.DType = 3, "BF16"
+	res, _ := convertFixture(t, spec, Options{Bits: "4", NPZ: true})
+	m, err := manifest.Read(res.OutDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Tensors) != len(spec.Tensors()) {
+		t.Errorf("%d tensors, want %d", len(m.Tensors), len(spec.Tensors()))
+	}
+	if e, _ := m.Tensor("model.norm.weight"); e.SourceDType != "BF16" || e.Format != "f32" {
+		t.Errorf("norm: %+v", e)
+	}
+	if _, err := os.Stat(filepath.Join(res.OutDir, "model.npz")); err != nil {
+		t.Errorf("--format npz wrote no model.npz: %v", err)
+	}
+}
+
+func TestConvertRefusesAndCleansUp(t *testing.T) {
+	spec := fixture.Llama()
+	src := filepath.Join(t.TempDir(), "src")
+	if err := spec.Write(src); err != nil {
+		t.Fatal(err)
+	}
+	outParent := t.TempDir()
+	out := filepath.Join(outParent, "out")
+	if _, err := Run(context.Background(), Options{Source: src, Out: out, Bits: "4"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Run(context.Background(), Options{Source: src, Out: out, Bits: "4"})
+	if err == nil || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("second convert without --force: %v", err)
+	}
+	if _, err := Run(context.Background(), Options{Source: src, Out: out, Bits: "2", Force: true}); err != nil {
+		t.Fatalf("--force: %v", err)
+	}
+	if m, err := manifest.Read(out); err != nil || m.Quantization.Format != "q2" {
+		t.Fatalf("after --force: %v %v", m, err)
+	}
+
+	// A cancelled convert leaves nothing behind.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = Run(ctx, Options{Source: src, Out: filepath.Join(outParent, "cancelled"), Bits: "4"})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled convert: %v", err)
+	}
+	ents, _ := os.ReadDir(outParent)
+	if len(ents) != 1 || ents[0].Name() != "out" {
+		t.Fatalf("output parent holds %v, want only out", ents)
+	}
+}
+
+func TestConvertBadInput(t *testing.T) {
+	tests := []struct {
+		name  string
+		break_ func(dir string) error
+		want  string
+	}{
+		{"unknown architecture", func(dir string) error {
+			return rewrite(filepath.Join(dir, "config.json"), `"LlamaForCausalLM"`, `"GPT2LMHeadModel"`)
+		}, "LlamaForCausalLM"},
+		{"missing field", func(dir string) error {
+			return rewrite(filepath.Join(dir, "config.json"), `"hidden_size"`, `"hidden_sighs"`)
+		}, "hidden_size"},
+		{"missing config", func(dir string) error { return os.Remove(filepath.Join(dir, "config.json")) }, "config.json"},
+		{"truncated weights", func(dir string) error {
+			p := filepath.Join(dir, "model.safetensors")
+			st, _ := os.Stat(p)
+			return os.Truncate(p, st.Size()-10)
+		}, "model.safetensors"},
+		{"no weights", func(dir string) error { return os.Remove(filepath.Join(dir, "model.safetensors")) }, "safetensors"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			src := filepath.Join(t.TempDir(), "src")
+			if err := fixture.Llama().Write(src); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.break_(src); err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(t.TempDir(), "out")
+			_, err := Run(context.Background(), Options{Source: src, Out: out, Bits: "4"})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one mentioning %q", err, tc.want)
+			}
+			if _, serr := os.Stat(out); serr == nil {
+				t.Fatal("a failed convert left an output directory")
+			}
+		})
+	}
+}
+
+func TestConvertNonFinite(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "src")
+	spec := fixture.Llama()
+	if err := spec.Write(src); err != nil {
+		t.Fatal(err)
+	}
+	poisonTensor(t, src, "model.layers.1.mlp.up_proj.weight")
+	out := filepath.Join(t.TempDir(), "out")
+	_, err := Run(context.Background(), Options{Source: src, Out: out, Bits: "4"})
+	if err == nil || !strings.Contains(err.Error(), "model.layers.1.mlp.up_proj.weight") || !strings.Contains(err.Error(), "allow-nonfinite") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := Run(context.Background(), Options{Source: src, Out: out, Bits: "4", AllowNonFinite: true}); err != nil {
+		t.Fatalf("with --allow-nonfinite: %v", err)
+	}
+}
+
+// TestConvertStories converts the real stories260K model at every --bits.
+func TestConvertStories(t *testing.T) {
+	src := testmodels.Path(t, "stories260K-hf")
+	for _, bits := range []string{"8", "4", "2", "1", "ternary"} {
+		t.Run(bits, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			res, err := Run(context.Background(), Options{Source: src, Out: out, Bits: bits})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := manifest.Read(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkStored(t, out, m)
+			if res.Summary.Parameters != 260032 {
+				t.Errorf("parameters %d, want 260032", res.Summary.Parameters)
+			}
+			for _, f := range []string{"tokenizer.model", "tokenizer_config.json"} {
+				if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+					t.Errorf("tokenizer file %s not copied", f)
+				}
+			}
+			t.Logf("bits %s: %.2f bits/weight, mean rel error %.4f, max %.4f (%s)", bits,
+				res.Summary.BitsPerWeight, res.Summary.MeanRelL2Error, res.Summary.MaxRelL2Error, res.Summary.MaxErrorTensor)
+		})
+	}
+}

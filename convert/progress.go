@@ -1,0 +1,37 @@
+package convert
+
+import (
+	"io"
+
+	"github.com/schollz/progressbar/v3"
+)
+
+// progressBar is the little a stage needs of a bar; noBar stands in when
+// progress is off.
+type progressBar interface {
+	Add(n int) error
+	Finish() error
+}
+
+type noBar struct{}
+
+func (noBar) Add(int) error { return nil }
+func (noBar) Finish() error { return nil }
+
+// newBar returns a byte-counting bar with rate and ETA on w, or a silent one
+// when w is nil (not a terminal, or --quiet).
+func newBar(w io.Writer, total int64, desc string) progressBar {
+	if w == nil {
+		return noBar{}
+	}
+	return progressbar.NewOptions64(total,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(desc),
+		progressbar.OptionShowBytes(true),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(100e6),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionOnCompletion(func() { io.WriteString(w, "\n") }),
+	)
+}

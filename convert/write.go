@@ -1,0 +1,280 @@
+package convert
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"io"
+	"math"
+
+	"golang.org/x/sync/errgroup"
+
+	"lowbit/half"
+	"lowbit/manifest"
+	"lowbit/quantize"
+	"lowbit/safetensors"
+)
+
+// chunkElems bounds the float32 working set of one worker (16 MiB): big
+// tensors are quantized a block of rows at a time, so memory does not grow
+// with the model.
+const chunkElems = 4 << 20
+
+// writeTensors quantizes every planned tensor and streams it into one
+// safetensors file, tensors in parallel across workers, each tensor in
+// chunks of rows. It returns the manifest entries in plan order.
+func writeTensors(ctx context.Context, set *safetensors.Set, plans []*tensorPlan, s settings, path string, progress io.Writer) ([]manifest.Tensor, error) {
+	w, err := safetensors.Create(path, specsOf(plans), map[string]string{"format": "lowbit"})
+	if err != nil {
+		return nil, err
+	}
+	var total int64
+	for _, p := range plans {
+		total += p.info.End - p.info.Begin
+	}
+	bar := newBar(progress, total, fmt.Sprintf("quantize %d tensors", len(plans)))
+
+	entries := make(map[string]manifest.Tensor, len(plans))
+	results := make(chan manifest.Tensor, len(plans))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.workers)
+	for _, p := range byWork(plans) {
+		g.Go(func() error {
+			e, err := convertTensor(gctx, set, w, p, s, bar)
+			if err != nil {
+				return err
+			}
+			results <- e
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		w.Abort()
+		return nil, err
+	}
+	close(results)
+	for e := range results {
+		entries[e.Name] = e
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	bar.Finish()
+	ordered := make([]manifest.Tensor, 0, len(plans))
+	for _, p := range plans {
+		e := entries[p.name]
+		for i := range e.Parts {
+			info, _ := w.Info(e.Parts[i].Tensor)
+			begin, end := w.FileOffsets(info)
+			e.Parts[i].Offsets = [2]int64{begin, end}
+		}
+		ordered = append(ordered, e)
+	}
+	return ordered, nil
+}
+
+// partWriter streams one stored array: bytes go to the file at increasing
+// offsets and through a sha256.
+type partWriter struct {
+	w    *safetensors.Writer
+	name string
+	off  int64
+	h    hash.Hash
+}
+
+func (pw *partWriter) write(b []byte) error {
+	if err := pw.w.WriteAt(pw.name, pw.off, b); err != nil {
+		return err
+	}
+	pw.off += int64(len(b))
+	pw.h.Write(b)
+	return nil
+}
+
+// convertTensor quantizes (or converts to float) one tensor chunk by chunk.
+func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Writer, p *tensorPlan, s settings, bar progressBar) (manifest.Tensor, error) {
+	raw, err := set.Data(p.name)
+	if err != nil {
+		return manifest.Tensor{}, err
+	}
+	e := manifest.Tensor{Name: p.name, Shape: p.info.Shape, Format: string(p.format), GroupSize: p.group, SourceDType: string(p.info.DType)}
+	parts := make(map[string]*partWriter, len(p.parts))
+	for _, pp := range p.parts {
+		parts[pp.role] = &partWriter{w: w, name: pp.spec.Name, h: sha256.New()}
+	}
+
+	esz := int64(p.info.DType.Size())
+	cols := int64(1)
+	if len(p.info.Shape) > 0 {
+		cols = p.info.Shape[len(p.info.Shape)-1]
+	}
+	n := p.info.NumElements()
+	if cols == 0 || n == 0 {
+		return finish(e, p, parts, nil)
+	}
+	rows := n / cols
+	chunkRows := max(1, chunkElems/cols)
+	buf := make([]float32, min(rows, chunkRows)*cols)
+
+	var tensorScale float32
+	if p.format == quantize.TQ2 {
+		sum, err := scanAbsSum(raw, p, rows, cols, chunkRows, buf, s.allowNonFinite)
+		if err != nil {
+			return e, err
+		}
+		tensorScale = float32(sum / float64(n))
+	}
+	var errSq, refSq float64
+	var tq2Scale float32
+	for r0 := int64(0); r0 < rows; r0 += chunkRows {
+		if err := ctx.Err(); err != nil {
+			return e, err
+		}
+		nr := min(chunkRows, rows-r0)
+		src := raw[r0*cols*esz : (r0+nr)*cols*esz]
+		x := buf[:nr*cols]
+		if err := toFloat(p, src, x, r0, cols, s.allowNonFinite); err != nil {
+			return e, err
+		}
+		if !p.format.Quantized() {
+			if err := parts[manifest.RoleData].write(floatBytes(p.format, x)); err != nil {
+				return e, fmt.Errorf("tensor %s: %w", p.name, err)
+			}
+			bar.Add(len(src))
+			continue
+		}
+		q, err := quantize.Quantize(ctx, p.format, x, int(nr), int(cols), quantize.Options{GroupSize: p.group, Search: s.search, TensorScale: tensorScale})
+		if err != nil {
+			return e, fmt.Errorf("tensor %s (rows %d-%d): %w", p.name, r0, r0+nr-1, err)
+		}
+		es, rs := sqErr(q, x)
+		errSq += es
+		refSq += rs
+		if err := parts[manifest.RoleQWeight].write(q.Data); err != nil {
+			return e, fmt.Errorf("tensor %s: %w", p.name, err)
+		}
+		if pw := parts[manifest.RoleScales]; pw != nil {
+			if err := pw.write(halfBytes(q.Scales)); err != nil {
+				return e, fmt.Errorf("tensor %s: %w", p.name, err)
+			}
+		}
+		if pw := parts[manifest.RoleMins]; pw != nil {
+			if err := pw.write(halfBytes(q.Mins)); err != nil {
+				return e, fmt.Errorf("tensor %s: %w", p.name, err)
+			}
+		}
+		tq2Scale = q.Scale
+		bar.Add(len(src))
+	}
+	if pw := parts[manifest.RoleScale]; pw != nil {
+		if err := pw.write(binary.LittleEndian.AppendUint32(nil, math.Float32bits(tq2Scale))); err != nil {
+			return e, fmt.Errorf("tensor %s: %w", p.name, err)
+		}
+	}
+	if p.format.Quantized() {
+		rel := 0.0
+		if refSq > 0 {
+			rel = math.Sqrt(errSq / refSq)
+		}
+		e.RelL2Error = &rel
+	}
+	return finish(e, p, parts, nil)
+}
+
+// finish fills the manifest parts of a converted tensor.
+func finish(e manifest.Tensor, p *tensorPlan, parts map[string]*partWriter, _ error) (manifest.Tensor, error) {
+	for _, pp := range p.parts {
+		pw := parts[pp.role]
+		if pw.off != pp.bytes {
+			return e, fmt.Errorf("tensor %s part %s: wrote %d bytes, planned %d", p.name, pp.role, pw.off, pp.bytes)
+		}
+		e.Parts = append(e.Parts, manifest.Part{
+			Role: pp.role, Tensor: pp.spec.Name, DType: string(pp.spec.DType), Shape: pp.spec.Shape,
+			File: weightsFile, SHA256: hex.EncodeToString(pw.h.Sum(nil)),
+		})
+	}
+	return e, nil
+}
+
+// toFloat decodes a chunk of source rows and checks for NaN and Inf, which
+// are an error naming the tensor and element unless allowed (then they become 0).
+func toFloat(p *tensorPlan, src []byte, dst []float32, r0, cols int64, allow bool) error {
+	if err := safetensors.ToFloat32(p.info.DType, src, dst); err != nil {
+		return fmt.Errorf("tensor %s: %w", p.name, err)
+	}
+	for i, v := range dst {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			if !allow {
+				row, col := r0+int64(i)/cols, int64(i)%cols
+				return fmt.Errorf("tensor %s: non-finite weight %v at row %d, column %d (use --allow-nonfinite to convert anyway, with such weights set to 0)", p.name, v, row, col)
+			}
+			dst[i] = 0
+		}
+	}
+	return nil
+}
+
+// scanAbsSum is the first pass of ternary quantization: the sum of |w| over
+// the whole tensor, since BitNet's scale is one absmean per tensor.
+func scanAbsSum(raw []byte, p *tensorPlan, rows, cols, chunkRows int64, buf []float32, allow bool) (float64, error) {
+	esz := int64(p.info.DType.Size())
+	var sum float64
+	for r0 := int64(0); r0 < rows; r0 += chunkRows {
+		nr := min(chunkRows, rows-r0)
+		x := buf[:nr*cols]
+		if err := toFloat(p, raw[r0*cols*esz:(r0+nr)*cols*esz], x, r0, cols, allow); err != nil {
+			return 0, err
+		}
+		sum += quantize.AbsMean(x) * float64(len(x))
+	}
+	return sum, nil
+}
+
+// sqErr returns the squared error of q's dequantized weights against x, and x's squared norm.
+func sqErr(q *quantize.Tensor, x []float32) (errSq, refSq float64) {
+	row := make([]float32, q.Cols)
+	for r := 0; r < q.Rows; r++ {
+		q.DequantizeRow(r, row)
+		for c, v := range row {
+			ref := float64(x[r*q.Cols+c])
+			d := float64(v) - ref
+			errSq += d * d
+			refSq += ref * ref
+		}
+	}
+	return errSq, refSq
+}
+
+// floatBytes encodes a float chunk in the tensor's stored float format.
+func floatBytes(f quantize.Format, x []float32) []byte {
+	switch f {
+	case quantize.F16:
+		b := make([]byte, 2*len(x))
+		for i, v := range x {
+			binary.LittleEndian.PutUint16(b[2*i:], uint16(half.FromFloat32(v)))
+		}
+		return b
+	case quantize.BF16:
+		b := make([]byte, 2*len(x))
+		for i, v := range x {
+			binary.LittleEndian.PutUint16(b[2*i:], uint16(half.BFromFloat32(v)))
+		}
+		return b
+	}
+	b := make([]byte, 4*len(x))
+	for i, v := range x {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	return b
+}
+
+func halfBytes(h []half.Float16) []byte {
+	b := make([]byte, 2*len(h))
+	for i, v := range h {
+		binary.LittleEndian.PutUint16(b[2*i:], uint16(v))
+	}
+	return b
+}
