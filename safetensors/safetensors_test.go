@@ -1,0 +1,329 @@
+package safetensors
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"lowbit/internal/testmodels"
+)
+
+func TestWriteOpenRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.safetensors")
+	specs := []Spec{
+		{Name: "a", DType: "F32", Shape: []int64{2, 3}},
+		{Name: "b", DType: "U8", Shape: []int64{5}},
+		{Name: "empty", DType: "F16", Shape: []int64{0, 4}},
+		{Name: "scalar", DType: "I64", Shape: nil},
+		{Name: "c", DType: "BF16", Shape: []int64{3}},
+	}
+	w, err := Create(path, specs, map[string]string{"format": "pt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := map[string][]byte{}
+	for i, s := range specs {
+		info, _ := w.Info(s.Name)
+		b := make([]byte, info.End-info.Begin)
+		for j := range b {
+			b[j] = byte(i*31 + j)
+		}
+		data[s.Name] = b
+	}
+	// Write from several goroutines, one tensor in two pieces.
+	var wg sync.WaitGroup
+	errs := make(chan error, len(specs)+1)
+	for _, s := range specs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if s.Name == "a" {
+				errs <- w.WriteAt("a", 12, data["a"][12:])
+				errs <- w.WriteAt("a", 0, data["a"][:12])
+				return
+			}
+			errs <- w.Write(s.Name, data[s.Name])
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(path)
+	if n := binary.LittleEndian.Uint64(raw); (8+n)%8 != 0 {
+		t.Errorf("header size %d leaves data unaligned", n)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.Metadata()["format"] != "pt" {
+		t.Errorf("metadata = %v", f.Metadata())
+	}
+	for _, s := range specs {
+		got, err := f.Data(s.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, data[s.Name]) {
+			t.Errorf("%s: data differs", s.Name)
+		}
+		info, _ := f.Info(s.Name)
+		if fmt.Sprint(info.Shape) != fmt.Sprint(nonNil(s.Shape)) || info.DType != s.DType {
+			t.Errorf("%s: info %+v", s.Name, info)
+		}
+	}
+	if len(f.Tensors()) != len(specs) {
+		t.Errorf("%d tensors", len(f.Tensors()))
+	}
+}
+
+func nonNil(s []int64) []int64 {
+	if s == nil {
+		return []int64{}
+	}
+	return s
+}
+
+func TestWriterRefusesIncomplete(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.safetensors")
+	w, err := Create(path, []Spec{{Name: "a", DType: "F32", Shape: []int64{4}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write("a", make([]byte, 3)); err == nil {
+		t.Error("short write accepted")
+	}
+	if err := w.Write("zzz", nil); err == nil {
+		t.Error("undeclared tensor accepted")
+	}
+	if err := w.Close(); err == nil || !strings.Contains(err.Error(), "not fully written") {
+		t.Errorf("Close = %v", err)
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Error("incomplete file left behind")
+	}
+}
+
+func TestOpenRealStories(t *testing.T) {
+	f, err := Open(testmodels.Path(t, "stories260K-hf/model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	info, ok := f.Info("model.embed_tokens.weight")
+	if !ok || info.DType != "F32" || fmt.Sprint(info.Shape) != "[512 64]" {
+		t.Fatalf("embed_tokens = %+v %v", info, ok)
+	}
+	var n int64
+	for _, t := range f.Tensors() {
+		n += t.NumElements()
+	}
+	if n != 260032 {
+		t.Errorf("%d parameters, want 260032", n)
+	}
+	b, _ := f.Data("model.norm.weight")
+	x := make([]float32, 64)
+	if err := ToFloat32("F32", b, x); err != nil {
+		t.Fatal(err)
+	}
+	if x[0] <= 0 || x[0] > 10 {
+		t.Errorf("norm[0] = %v", x[0])
+	}
+}
+
+// build assembles a file from a raw header and a data size.
+func build(header string, dataLen int) []byte {
+	b := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))
+	b = append(b, header...)
+	return append(b, make([]byte, dataLen)...)
+}
+
+func TestOpenMalformed(t *testing.T) {
+	tests := []struct {
+		name string
+		file []byte
+		want string
+	}{
+		{"short", []byte{1, 2, 3}, "too short"},
+		{"header past end", append(binary.LittleEndian.AppendUint64(nil, 1000), "{}"...), "past the end"},
+		{"huge header", binary.LittleEndian.AppendUint64(nil, 1<<40), "exceeds"},
+		{"not json", build(`{"a":`, 0), "EOF"},
+		{"not object", build(`[1,2]`, 0), "not a JSON object"},
+		{"unknown dtype", build(`{"a":{"dtype":"F12","shape":[1],"data_offsets":[0,4]}}`, 4), "unknown dtype"},
+		{"size mismatch", build(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}`, 4), "needs 8 bytes"},
+		{"overlap", build(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}`, 8), "overlap"},
+		{"hole", build(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}`, 8), "hole"},
+		{"out of range", build(`{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}`, 8), "past the 8 bytes"},
+		{"trailing bytes", build(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, 8), "holds 8 bytes"},
+		{"duplicate key", build(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}`, 8), "twice"},
+		{"negative dim", build(`{"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}}`, 4), "invalid dimension"},
+		{"reversed offsets", build(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}}`, 4), "end before begin"},
+		{"missing dtype", build(`{"a":{"shape":[1],"data_offsets":[0,4]}}`, 4), "dtype is missing"},
+		{"bad metadata", build(`{"__metadata__":{"k":1}}`, 0), "__metadata__"},
+		{"overflow", build(`{"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}}`, 4), "too large"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "bad.safetensors")
+			if err := os.WriteFile(path, tc.file, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Open(path)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "bad.safetensors") {
+				t.Fatalf("err = %v, want it to name the file and say %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func writeTensorFile(t *testing.T, path string, names ...string) {
+	t.Helper()
+	var specs []Spec
+	for _, n := range names {
+		specs = append(specs, Spec{Name: n, DType: "F32", Shape: []int64{2}})
+	}
+	w, err := Create(path, specs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if err := w.Write(n, make([]byte, 8)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpenDir(t *testing.T) {
+	index := func(m map[string]string) string {
+		b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"total_size": 32}, "weight_map": m})
+		return string(b)
+	}
+	tests := []struct {
+		name  string
+		setup func(dir string)
+		want  string // error substring, or "" for success
+		names int
+	}{
+		{"single", func(d string) { writeTensorFile(t, filepath.Join(d, "model.safetensors"), "x", "y") }, "", 2},
+		{"sharded", func(d string) {
+			writeTensorFile(t, filepath.Join(d, "model-00001-of-00002.safetensors"), "a", "b")
+			writeTensorFile(t, filepath.Join(d, "model-00002-of-00002.safetensors"), "c")
+			os.WriteFile(filepath.Join(d, IndexFile), []byte(index(map[string]string{"a": "model-00001-of-00002.safetensors", "b": "model-00001-of-00002.safetensors", "c": "model-00002-of-00002.safetensors"})), 0o644)
+		}, "", 3},
+		{"missing shard", func(d string) {
+			writeTensorFile(t, filepath.Join(d, "model-00001-of-00002.safetensors"), "a")
+			os.WriteFile(filepath.Join(d, IndexFile), []byte(index(map[string]string{"a": "model-00001-of-00002.safetensors", "c": "model-00002-of-00002.safetensors"})), 0o644)
+		}, "shard model-00002-of-00002.safetensors (holding c", 0},
+		{"tensor not in shard", func(d string) {
+			writeTensorFile(t, filepath.Join(d, "s1.safetensors"), "a")
+			os.WriteFile(filepath.Join(d, IndexFile), []byte(index(map[string]string{"a": "s1.safetensors", "b": "s1.safetensors"})), 0o644)
+		}, "tensor b in s1.safetensors", 0},
+		{"duplicate across shards", func(d string) {
+			writeTensorFile(t, filepath.Join(d, "s1.safetensors"), "a")
+			writeTensorFile(t, filepath.Join(d, "s2.safetensors"), "a")
+			os.WriteFile(filepath.Join(d, IndexFile), []byte(index(map[string]string{"a": "s1.safetensors"})), 0o644)
+			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{"a":"s1.safetensors","b":"s2.safetensors"}}`), 0o644)
+		}, "tensor b in s2.safetensors", 0},
+		{"escaping shard", func(d string) {
+			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{"a":"../x.safetensors"}}`), 0o644)
+		}, "not a file name", 0},
+		{"pytorch only", func(d string) { os.WriteFile(filepath.Join(d, "pytorch_model.bin"), []byte("x"), 0o644) }, "only PyTorch .bin", 0},
+		{"empty", func(d string) {}, "no model.safetensors", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tc.setup(dir)
+			s, err := OpenDir(dir)
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("err = %v, want %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if len(s.Names()) != tc.names {
+				t.Errorf("names = %v", s.Names())
+			}
+			for _, n := range s.Names() {
+				if b, err := s.Data(n); err != nil || len(b) != 8 {
+					t.Errorf("Data(%s) = %d bytes, %v", n, len(b), err)
+				}
+			}
+		})
+	}
+}
+
+func TestToFloat32(t *testing.T) {
+	tests := []struct {
+		dt   DType
+		src  []byte
+		want []float32
+	}{
+		{"F32", []byte{0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0}, []float32{1, -2}},
+		{"F16", []byte{0x00, 0x3c, 0x00, 0xc0}, []float32{1, -2}},
+		{"BF16", []byte{0x80, 0x3f, 0x00, 0xc0}, []float32{1, -2}},
+		{"F64", []byte{0, 0, 0, 0, 0, 0, 0xf0, 0x3f}, []float32{1}},
+	}
+	for _, tc := range tests {
+		got := make([]float32, len(tc.want))
+		if err := ToFloat32(tc.dt, tc.src, got); err != nil {
+			t.Fatalf("%s: %v", tc.dt, err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: %v, want %v", tc.dt, got, tc.want)
+		}
+	}
+	if err := ToFloat32("I32", make([]byte, 4), make([]float32, 1)); err == nil {
+		t.Error("I32 accepted")
+	}
+	if err := ToFloat32("F32", make([]byte, 5), make([]float32, 1)); err == nil {
+		t.Error("length mismatch accepted")
+	}
+}
+
+func FuzzOpen(f *testing.F) {
+	f.Add(build(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, 4))
+	f.Add(build(`{"__metadata__":{"format":"pt"},"a":{"dtype":"U8","shape":[2,2],"data_offsets":[0,4]},"b":{"dtype":"BF16","shape":[],"data_offsets":[4,6]}}`, 6))
+	f.Add(build(`{}`, 0))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sf, err := parse("fuzz.safetensors", data)
+		if err != nil {
+			return
+		}
+		// Every accepted file satisfies the invariants.
+		var pos int64
+		for _, ti := range sf.Tensors() {
+			if ti.Begin != pos || ti.End-ti.Begin != ti.NumElements()*int64(ti.DType.Size()) {
+				t.Fatalf("accepted tensor %+v breaks the layout", ti)
+			}
+			pos = ti.End
+			if b, err := sf.Data(ti.Name); err != nil || int64(len(b)) != ti.End-ti.Begin {
+				t.Fatalf("Data(%s): %v", ti.Name, err)
+			}
+		}
+		if sf.DataOffset()+pos != int64(len(data)) {
+			t.Fatalf("tensors end at %d, file is %d bytes", sf.DataOffset()+pos, len(data))
+		}
+	})
+}
