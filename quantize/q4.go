@@ -1,0 +1,60 @@
+package quantize
+
+// q4: asymmetric 4-bit. A weight is d*q + m with q in [0, 15] and fp16 d and
+// m per group. Layout: each block of 32 weights is 16 bytes; byte j holds
+// weight j in its low nibble and weight j+16 in its high nibble, so one
+// 32-bit word masked with 0x0F0F0F0F yields four consecutive weights. Groups
+// of 64 or 128 are consecutive blocks.
+
+// packQ4 packs a group's codes (a multiple of 32) into dst.
+func packQ4(dst []byte, codes []int32) {
+	for b := 0; b < len(codes)/block; b++ {
+		c := codes[b*block:]
+		out := dst[b*16 : b*16+16]
+		for j := 0; j < 16; j++ {
+			out[j] = byte(c[j]) | byte(c[j+16])<<4
+		}
+	}
+}
+
+// dotQ4 computes sum over groups of d*sum(q*x) + m*sum(x) on the nibbles.
+func dotQ4(t *Tensor, r int, x []float32) float32 {
+	rb := t.RowBytes()
+	src := t.Data[r*rb : (r+1)*rb]
+	ng := t.Groups()
+	scales, mins := t.Scales[r*ng:(r+1)*ng], t.Mins[r*ng:(r+1)*ng]
+	var sum float32
+	for g := 0; g < ng; g++ {
+		lo, hi := groupBounds(g, t.GroupSize, t.Cols)
+		var qx, sx float32
+		for b := lo; b < hi; b += block {
+			p := src[b/2 : b/2+16]
+			if b+block <= hi {
+				xs := x[b : b+32 : b+32]
+				var a0, a1, a2, a3, s0, s1 float32
+				for j := 0; j < 16; j += 2 {
+					v0, v1 := p[j], p[j+1]
+					a0 += float32(v0&15) * xs[j]
+					a1 += float32(v0>>4) * xs[j+16]
+					a2 += float32(v1&15) * xs[j+1]
+					a3 += float32(v1>>4) * xs[j+17]
+					s0 += xs[j] + xs[j+16]
+					s1 += xs[j+1] + xs[j+17]
+				}
+				qx += a0 + a1 + a2 + a3
+				sx += s0 + s1
+				continue
+			}
+			for j := 0; b+j < hi; j++ { // short last block
+				v := p[j%16]
+				if j >= 16 {
+					v >>= 4
+				}
+				qx += float32(v&15) * x[b+j]
+				sx += x[b+j]
+			}
+		}
+		sum += scales[g].Float32()*qx + mins[g].Float32()*sx
+	}
+	return sum
+}

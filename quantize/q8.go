@@ -1,0 +1,110 @@
+package quantize
+
+import (
+	"math"
+
+	"lowbit/half"
+)
+
+// q8: symmetric 8-bit. A weight is d*q with q in [-127, 127] and one fp16 d
+// per group. Layout: one int8 per weight, groups back to back (32 bytes per
+// 32 weights); padding of a short last group is 0.
+
+// quantizeQ8Row packs one row. With search, scales below absmax/127 (which
+// clip the largest weights) and the least-squares scale for the chosen codes
+// are tried, keeping the one with the smallest squared error.
+func quantizeQ8Row(t *Tensor, r int, row []float32, search bool, codes []int32) {
+	rb := t.RowBytes()
+	dst := t.Data[r*rb : (r+1)*rb]
+	ng := t.Groups()
+	for g := 0; g < ng; g++ {
+		lo, hi := groupBounds(g, t.GroupSize, len(row))
+		w := row[lo:hi]
+		var amax float32
+		for _, v := range w {
+			amax = max(amax, float32(math.Abs(float64(v))))
+		}
+		best := half.FromFloat32(amax / 127)
+		if search && amax > 0 {
+			bestErr := symErr(w, best.Float32(), 127)
+			for _, ratio := range []float32{0.995, 0.99, 0.98, 0.97, 0.96, 0.94, 0.92, 0.9} {
+				d := half.FromFloat32(amax * ratio / 127)
+				if e := symErr(w, d.Float32(), 127); e < bestErr {
+					best, bestErr = d, e
+				}
+			}
+			// Least-squares refit of the scale for the best codes.
+			if d := lsScale(w, best.Float32(), 127); d > 0 {
+				h := half.FromFloat32(d)
+				if e := symErr(w, h.Float32(), 127); e < bestErr {
+					best = h
+				}
+			}
+		}
+		t.Scales[r*ng+g] = best
+		d := best.Float32()
+		for i, v := range w {
+			dst[lo+i] = byte(int8(symCode(v, d, 127)))
+		}
+	}
+}
+
+// symCode is the nearest code in [-n, n] for v at scale d.
+func symCode(v, d float32, n int32) int32 {
+	if d == 0 {
+		return 0
+	}
+	q := int32(math.RoundToEven(float64(v / d)))
+	return min(max(q, -n), n)
+}
+
+// symErr is the squared error of a group at scale d.
+func symErr(w []float32, d float32, n int32) float64 {
+	var e float64
+	for _, v := range w {
+		x := float64(d*float32(symCode(v, d, n)) - v)
+		e += x * x
+	}
+	return e
+}
+
+// lsScale is the scale minimizing the squared error for the codes chosen at d.
+func lsScale(w []float32, d float32, n int32) float32 {
+	var sqw, sqq float64
+	for _, v := range w {
+		q := float64(symCode(v, d, n))
+		sqw += q * float64(v)
+		sqq += q * q
+	}
+	if sqq == 0 {
+		return 0
+	}
+	return float32(sqw / sqq)
+}
+
+// dotQ8 multiplies int8 codes by x a group at a time, scaling once per group.
+func dotQ8(t *Tensor, r int, x []float32) float32 {
+	rb := t.RowBytes()
+	src := t.Data[r*rb : (r+1)*rb]
+	ng := t.Groups()
+	scales := t.Scales[r*ng : (r+1)*ng]
+	var sum float32
+	for g := 0; g < ng; g++ {
+		lo, hi := groupBounds(g, t.GroupSize, t.Cols)
+		q := src[lo:hi]
+		xs := x[lo:hi]
+		var a0, a1, a2, a3 float32
+		i := 0
+		for ; i+4 <= len(q); i += 4 {
+			a0 += float32(int8(q[i])) * xs[i]
+			a1 += float32(int8(q[i+1])) * xs[i+1]
+			a2 += float32(int8(q[i+2])) * xs[i+2]
+			a3 += float32(int8(q[i+3])) * xs[i+3]
+		}
+		for ; i < len(q); i++ {
+			a0 += float32(int8(q[i])) * xs[i]
+		}
+		sum += scales[g].Float32() * (a0 + a1 + a2 + a3)
+	}
+	return sum
+}

@@ -1,0 +1,119 @@
+package quantize
+
+import (
+	"math"
+
+	"lowbit/half"
+)
+
+// The asymmetric formats (q4, q2) store w ≈ d*q + m with q in [0, L]. Plain
+// min/max sets m = min and d = (max-min)/L. The search, after llama.cpp's
+// make_qkx2_quants, also tries ranges shrunk at either end (clipping the
+// outliers that would otherwise waste levels); for each candidate it takes
+// the codes, refits (d, m) by least squares for those codes, rounds both to
+// fp16 as they will be stored, and scores the squared error in closed form
+// from the sums it already has. The best candidate wins; min/max is always
+// among the candidates, so the search is never worse than it.
+
+// asymSums are the sums that give a group's least-squares fit and error.
+type asymSums struct {
+	n, sq, sqq, sqw, sw, sww float64
+}
+
+// fit solves for the (d, m) minimizing sum (d*q + m - w)^2 over the codes.
+func (s asymSums) fit() (d, m float64, ok bool) {
+	det := s.n*s.sqq - s.sq*s.sq
+	if det <= 0 {
+		return 0, 0, false
+	}
+	d = (s.n*s.sqw - s.sq*s.sw) / det
+	m = (s.sqq*s.sw - s.sq*s.sqw) / det
+	return d, m, true
+}
+
+// err is sum (d*q + m - w)^2 expanded over the sums.
+func (s asymSums) err(d, m float64) float64 {
+	return d*d*s.sqq + 2*d*m*s.sq + s.n*m*m - 2*d*s.sqw - 2*m*s.sw + s.sww
+}
+
+// asymCodes quantizes w to codes at (d, m) and returns the sums.
+func asymCodes(w []float32, d, m float32, levels int32, codes []int32) asymSums {
+	var s asymSums
+	s.n = float64(len(w))
+	inv := float32(0)
+	if d != 0 {
+		inv = 1 / d
+	}
+	for i, v := range w {
+		q := int32(0)
+		if d != 0 {
+			q = min(max(int32(math.RoundToEven(float64((v-m)*inv))), 0), levels)
+		}
+		codes[i] = q
+		fq, fv := float64(q), float64(v)
+		s.sq += fq
+		s.sqq += fq * fq
+		s.sqw += fq * fv
+		s.sw += fv
+		s.sww += fv * fv
+	}
+	return s
+}
+
+// quantizeAsymRow packs one q4 or q2 row.
+func quantizeAsymRow(t *Tensor, r int, row []float32, search bool, codes []int32) {
+	levels := int32(15)
+	pack := packQ4
+	if t.Format == Q2 {
+		levels, pack = 3, packQ2
+	}
+	rb := t.RowBytes()
+	dst := t.Data[r*rb : (r+1)*rb]
+	ng := t.Groups()
+	gBytes := t.GroupSize / block * blockBytes(t.Format)
+	for g := 0; g < ng; g++ {
+		lo, hi := groupBounds(g, t.GroupSize, len(row))
+		w := row[lo:hi]
+		d, m := chooseAsym(w, levels, search, codes)
+		t.Scales[r*ng+g], t.Mins[r*ng+g] = d, m
+		asymCodes(w, d.Float32(), m.Float32(), levels, codes)
+		for i := len(w); i < t.GroupSize; i++ {
+			codes[i] = 0
+		}
+		pack(dst[g*gBytes:(g+1)*gBytes], codes[:t.GroupSize])
+	}
+}
+
+// chooseAsym picks the stored (d, m) of a group.
+func chooseAsym(w []float32, levels int32, search bool, codes []int32) (half.Float16, half.Float16) {
+	lo, hi := w[0], w[0]
+	for _, v := range w {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	L := float32(levels)
+	bestD, bestM := half.FromFloat32((hi-lo)/L), half.FromFloat32(lo)
+	if !search || hi == lo {
+		return bestD, bestM
+	}
+	s := asymCodes(w, bestD.Float32(), bestM.Float32(), levels, codes)
+	bestErr := s.err(float64(bestD.Float32()), float64(bestM.Float32()))
+	try := func(d, m float32) {
+		s := asymCodes(w, d, m, levels, codes)
+		fd, fm, ok := s.fit()
+		if !ok {
+			return
+		}
+		hd, hm := half.FromFloat32(float32(fd)), half.FromFloat32(float32(fm))
+		if e := s.err(float64(hd.Float32()), float64(hm.Float32())); e < bestErr {
+			bestD, bestM, bestErr = hd, hm, e
+		}
+	}
+	span := hi - lo
+	// Shrink the range from both ends by small steps (the refit recovers the
+	// exact optimum for whichever codes a candidate produces).
+	for _, c := range [...][2]float32{{0, 0}, {0.02, 0.02}, {0.05, 0.05}, {0.1, 0.1}, {0.05, 0}, {0, 0.05}, {0.1, 0}, {0, 0.1}, {0.15, 0.15}, {0.2, 0.2}} {
+		a, b := lo+c[0]*span, hi-c[1]*span
+		try((b-a)/L, a)
+	}
+	return bestD, bestM
+}
