@@ -1,0 +1,345 @@
+// Package model knows the architectures lowbit runs: it turns a HuggingFace
+// config.json into one normalized Config (one file per architecture, behind
+// the small arch interface), names each architecture's tensors and their
+// roles, and (in later files) holds the weights and the forward pass.
+package model
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Config is the normalized architecture: everything the converter and the
+// forward pass need, whatever the source architecture called it. It is stored
+// in manifest.json.
+type Config struct {
+	Arch             string       `json:"arch"` // llama, mistral, gemma, bitnet
+	HFArchitecture   string       `json:"hf_architecture"`
+	HiddenSize       int          `json:"hidden_size"`
+	IntermediateSize int          `json:"intermediate_size"`
+	NumLayers        int          `json:"num_layers"`
+	NumHeads         int          `json:"num_heads"`
+	NumKVHeads       int          `json:"num_kv_heads"`
+	HeadDim          int          `json:"head_dim"`
+	VocabSize        int          `json:"vocab_size"`
+	MaxPositions     int          `json:"max_positions"`
+	RMSNormEps       float64      `json:"rms_norm_eps"`
+	RopeTheta        float64      `json:"rope_theta"`
+	RopeScaling      *RopeScaling `json:"rope_scaling,omitempty"`
+	// SlidingWindow limits attention to the last N positions (Mistral); 0 = none.
+	SlidingWindow int  `json:"sliding_window,omitempty"`
+	TieEmbeddings bool `json:"tie_embeddings"`
+	// Activation of the gated MLP: silu (SwiGLU), gelu_tanh (GeGLU) or relu2 (BitNet).
+	Activation string `json:"activation"`
+	// NormPlusOne scales RMSNorm by (1 + w), as Gemma stores its gains.
+	NormPlusOne bool `json:"norm_plus_one,omitempty"`
+	// EmbedScale multiplies embeddings by sqrt(hidden_size) (Gemma).
+	EmbedScale bool `json:"embed_scale,omitempty"`
+	// SubNorms adds BitNet's attn_sub_norm (before o_proj) and ffn_sub_norm (before down_proj).
+	SubNorms bool  `json:"sub_norms,omitempty"`
+	BOS      int   `json:"bos_token_id"`
+	EOS      []int `json:"eos_token_ids"`
+}
+
+// RopeScaling is the rotary embedding scaling of the config (linear, dynamic or llama3).
+type RopeScaling struct {
+	Type                          string  `json:"type"`
+	Factor                        float64 `json:"factor"`
+	LowFreqFactor                 float64 `json:"low_freq_factor,omitempty"`
+	HighFreqFactor                float64 `json:"high_freq_factor,omitempty"`
+	OriginalMaxPositionEmbeddings int     `json:"original_max_position_embeddings,omitempty"`
+}
+
+// Role is what a tensor does in the model, which decides how it is stored.
+type Role string
+
+// The tensor roles.
+const (
+	RoleEmbedding Role = "embedding"
+	RoleOutput    Role = "output"
+	RoleLinear    Role = "linear"
+	RoleNorm      Role = "norm"
+	RoleOther     Role = "other"
+)
+
+// arch is one architecture's reading of config.json.
+type arch interface {
+	// name is the normalized architecture name.
+	name() string
+	// parse fills the architecture-specific parts of c from the raw config.
+	parse(raw hfConfig, c *Config) error
+}
+
+// architectures maps HF architecture names to their readers.
+func architectures() map[string]arch {
+	return map[string]arch{
+		"LlamaForCausalLM":   llama{},
+		"MistralForCausalLM": mistral{},
+		"GemmaForCausalLM":   gemma{},
+		"BitNetForCausalLM":  bitnet{},
+	}
+}
+
+// Supported lists the HF architectures lowbit reads.
+func Supported() []string {
+	var s []string
+	for k := range architectures() {
+		s = append(s, k)
+	}
+	sort.Strings(s)
+	return s
+}
+
+// hfConfig is config.json with the fields kept raw for typed reading.
+type hfConfig map[string]json.RawMessage
+
+// ParseHFConfig reads a HuggingFace config.json into a Config.
+func ParseHFConfig(data []byte) (Config, error) {
+	var raw hfConfig
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&raw); err != nil {
+		return Config{}, fmt.Errorf("config.json is not a JSON object: %w", err)
+	}
+	var archs []string
+	if err := raw.get("architectures", &archs, true); err != nil {
+		return Config{}, err
+	}
+	if len(archs) == 0 {
+		return Config{}, errors.New("config.json: field architectures is empty")
+	}
+	a, ok := architectures()[archs[0]]
+	if !ok {
+		return Config{}, fmt.Errorf("config.json: architecture %s is not supported (supported: %s)", archs[0], strings.Join(Supported(), ", "))
+	}
+	c := Config{Arch: a.name(), HFArchitecture: archs[0]}
+	if err := raw.common(&c); err != nil {
+		return Config{}, err
+	}
+	if err := a.parse(raw, &c); err != nil {
+		return Config{}, err
+	}
+	if err := c.Check(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// get decodes field into v; a missing required field is an error naming it.
+func (r hfConfig) get(field string, v any, required bool) error {
+	b, ok := r[field]
+	if !ok || string(b) == "null" {
+		if required {
+			return fmt.Errorf("config.json: field %s is missing", field)
+		}
+		return nil
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("config.json: field %s: %w", field, err)
+	}
+	return nil
+}
+
+// common reads the fields every Llama-family config shares.
+func (r hfConfig) common(c *Config) error {
+	req := []struct {
+		field string
+		dst   *int
+	}{
+		{"hidden_size", &c.HiddenSize},
+		{"intermediate_size", &c.IntermediateSize},
+		{"num_hidden_layers", &c.NumLayers},
+		{"num_attention_heads", &c.NumHeads},
+		{"vocab_size", &c.VocabSize},
+	}
+	for _, f := range req {
+		if err := r.get(f.field, f.dst, true); err != nil {
+			return err
+		}
+	}
+	c.NumKVHeads = c.NumHeads
+	if err := r.get("num_key_value_heads", &c.NumKVHeads, false); err != nil {
+		return err
+	}
+	if c.NumHeads > 0 {
+		c.HeadDim = c.HiddenSize / c.NumHeads
+	}
+	if err := r.get("head_dim", &c.HeadDim, false); err != nil {
+		return err
+	}
+	c.MaxPositions = 2048
+	if err := r.get("max_position_embeddings", &c.MaxPositions, false); err != nil {
+		return err
+	}
+	c.RMSNormEps = 1e-6
+	if err := r.get("rms_norm_eps", &c.RMSNormEps, false); err != nil {
+		return err
+	}
+	c.RopeTheta = 10000
+	if err := r.get("rope_theta", &c.RopeTheta, false); err != nil {
+		return err
+	}
+	if err := r.get("tie_word_embeddings", &c.TieEmbeddings, false); err != nil {
+		return err
+	}
+	if err := r.ropeScaling(c); err != nil {
+		return err
+	}
+	c.BOS = 1
+	if err := r.get("bos_token_id", &c.BOS, false); err != nil {
+		return err
+	}
+	// eos_token_id is an int or a list of ints.
+	if b, ok := r["eos_token_id"]; ok && string(b) != "null" {
+		var one int
+		if err := json.Unmarshal(b, &one); err == nil {
+			c.EOS = []int{one}
+		} else if err := json.Unmarshal(b, &c.EOS); err != nil {
+			return fmt.Errorf("config.json: field eos_token_id must be an integer or a list of integers")
+		}
+	}
+	return nil
+}
+
+// ropeScaling reads rope_scaling (HF writes "type" or "rope_type").
+func (r hfConfig) ropeScaling(c *Config) error {
+	var rs map[string]any
+	if err := r.get("rope_scaling", &rs, false); err != nil || rs == nil {
+		return err
+	}
+	s := &RopeScaling{}
+	if t, ok := rs["rope_type"].(string); ok {
+		s.Type = t
+	} else if t, ok := rs["type"].(string); ok {
+		s.Type = t
+	}
+	num := func(k string) float64 {
+		f, _ := rs[k].(float64)
+		return f
+	}
+	s.Factor = num("factor")
+	s.LowFreqFactor, s.HighFreqFactor = num("low_freq_factor"), num("high_freq_factor")
+	s.OriginalMaxPositionEmbeddings = int(num("original_max_position_embeddings"))
+	switch s.Type {
+	case "default", "":
+		return nil
+	case "linear", "dynamic":
+		if s.Factor <= 0 {
+			return fmt.Errorf("config.json: rope_scaling.factor must be positive for %s scaling", s.Type)
+		}
+	case "llama3":
+		if s.Factor <= 0 || s.OriginalMaxPositionEmbeddings <= 0 || s.LowFreqFactor <= 0 || s.HighFreqFactor <= s.LowFreqFactor {
+			return errors.New("config.json: rope_scaling of type llama3 needs factor, low_freq_factor < high_freq_factor and original_max_position_embeddings")
+		}
+	default:
+		return fmt.Errorf("config.json: rope_scaling type %q is not supported (linear, dynamic, llama3)", s.Type)
+	}
+	c.RopeScaling = s
+	return nil
+}
+
+// Check verifies that the configuration describes a model that can exist.
+func (c Config) Check() error {
+	pos := []struct {
+		field string
+		v     int
+	}{
+		{"hidden_size", c.HiddenSize}, {"intermediate_size", c.IntermediateSize},
+		{"num_hidden_layers", c.NumLayers}, {"num_attention_heads", c.NumHeads},
+		{"num_key_value_heads", c.NumKVHeads}, {"head_dim", c.HeadDim},
+		{"vocab_size", c.VocabSize}, {"max_position_embeddings", c.MaxPositions},
+	}
+	for _, p := range pos {
+		if p.v <= 0 {
+			return fmt.Errorf("config.json: field %s must be positive, is %d", p.field, p.v)
+		}
+		if p.v > 1<<24 {
+			return fmt.Errorf("config.json: field %s = %d is implausibly large", p.field, p.v)
+		}
+	}
+	if c.NumHeads%c.NumKVHeads != 0 {
+		return fmt.Errorf("config.json: num_attention_heads %d is not a multiple of num_key_value_heads %d", c.NumHeads, c.NumKVHeads)
+	}
+	if c.HeadDim%2 != 0 {
+		return fmt.Errorf("config.json: head_dim %d must be even for rotary embeddings", c.HeadDim)
+	}
+	if !(c.RMSNormEps > 0) || !(c.RopeTheta > 0) {
+		return fmt.Errorf("config.json: rms_norm_eps (%v) and rope_theta (%v) must be positive", c.RMSNormEps, c.RopeTheta)
+	}
+	if c.SlidingWindow < 0 {
+		return fmt.Errorf("config.json: sliding_window %d is negative", c.SlidingWindow)
+	}
+	return nil
+}
+
+// TensorRole says what a tensor of this architecture does.
+func (c Config) TensorRole(name string) Role {
+	switch {
+	case name == "model.embed_tokens.weight":
+		return RoleEmbedding
+	case name == "lm_head.weight":
+		return RoleOutput
+	case strings.HasSuffix(name, "norm.weight") || strings.HasSuffix(name, "norm.bias"):
+		return RoleNorm
+	case strings.HasPrefix(name, "model.layers.") && strings.HasSuffix(name, "_proj.weight"):
+		return RoleLinear
+	}
+	return RoleOther
+}
+
+// ExpectedTensors lists the tensors a checkpoint of this configuration must hold.
+func (c Config) ExpectedTensors() []string {
+	names := []string{"model.embed_tokens.weight", "model.norm.weight"}
+	if !c.TieEmbeddings {
+		names = append(names, "lm_head.weight")
+	}
+	for l := 0; l < c.NumLayers; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		names = append(names,
+			p+"input_layernorm.weight", p+"post_attention_layernorm.weight",
+			p+"self_attn.q_proj.weight", p+"self_attn.k_proj.weight", p+"self_attn.v_proj.weight", p+"self_attn.o_proj.weight",
+			p+"mlp.gate_proj.weight", p+"mlp.up_proj.weight", p+"mlp.down_proj.weight")
+		if c.SubNorms {
+			names = append(names, p+"self_attn.attn_sub_norm.weight", p+"mlp.ffn_sub_norm.weight")
+		}
+	}
+	return names
+}
+
+// TensorShape is the shape a tensor of this configuration must have (nil if unknown).
+func (c Config) TensorShape(name string) []int64 {
+	h, it := int64(c.HiddenSize), int64(c.IntermediateSize)
+	q, kv := int64(c.NumHeads*c.HeadDim), int64(c.NumKVHeads*c.HeadDim)
+	switch {
+	case name == "model.embed_tokens.weight", name == "lm_head.weight":
+		return []int64{int64(c.VocabSize), h}
+	case name == "model.norm.weight":
+		return []int64{h}
+	}
+	i := strings.LastIndex(name, ".")
+	if i < 0 || !strings.HasPrefix(name, "model.layers.") {
+		return nil
+	}
+	switch suffix := name[strings.Index(name[len("model.layers."):], ".")+len("model.layers.")+1:]; suffix {
+	case "input_layernorm.weight", "post_attention_layernorm.weight":
+		return []int64{h}
+	case "self_attn.q_proj.weight":
+		return []int64{q, h}
+	case "self_attn.k_proj.weight", "self_attn.v_proj.weight":
+		return []int64{kv, h}
+	case "self_attn.o_proj.weight":
+		return []int64{h, q}
+	case "mlp.gate_proj.weight", "mlp.up_proj.weight":
+		return []int64{it, h}
+	case "mlp.down_proj.weight":
+		return []int64{h, it}
+	case "self_attn.attn_sub_norm.weight":
+		return []int64{q}
+	case "mlp.ffn_sub_norm.weight":
+		return []int64{it}
+	}
+	return nil
+}
