@@ -2,6 +2,9 @@ package convert
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"math"
 	"os"
@@ -197,9 +200,9 @@ func TestConvertRefusesAndCleansUp(t *testing.T) {
 
 func TestConvertBadInput(t *testing.T) {
 	tests := []struct {
-		name  string
+		name   string
 		break_ func(dir string) error
-		want  string
+		want   string
 	}{
 		{"unknown architecture", func(dir string) error {
 			return rewrite(filepath.Join(dir, "config.json"), `"LlamaForCausalLM"`, `"GPT2LMHeadModel"`)
@@ -279,5 +282,40 @@ func TestConvertStories(t *testing.T) {
 			t.Logf("bits %s: %.2f bits/weight, mean rel error %.4f, max %.4f (%s)", bits,
 				res.Summary.BitsPerWeight, res.Summary.MeanRelL2Error, res.Summary.MaxRelL2Error, res.Summary.MaxErrorTensor)
 		})
+	}
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// rewrite replaces old with new in a file.
+func rewrite(path, old, new string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(strings.Replace(string(b), old, new, 1)), 0o644)
+}
+
+// poisonTensor sets one weight of a F32 tensor to NaN in place.
+func poisonTensor(t *testing.T, dir, name string) {
+	t.Helper()
+	p := filepath.Join(dir, "model.safetensors")
+	st, err := safetensors.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := st.Info(name)
+	off := st.DataOffset() + info.Begin + 4*7
+	st.Close()
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(binary.LittleEndian.AppendUint32(nil, math.Float32bits(float32(math.NaN()))), off); err != nil {
+		t.Fatal(err)
 	}
 }
