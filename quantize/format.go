@@ -310,11 +310,55 @@ func codeAt(f Format, row []byte, c int) int32 {
 	return 0
 }
 
-// DequantizeRow writes row's weights into dst (len >= Cols).
+// DequantizeRow writes row's weights into dst (len >= Cols), decoding the
+// packed bytes a block at a time.
 func (t *Tensor) DequantizeRow(row int, dst []float32) {
-	codes := t.RowCodes(row)
-	for c, q := range codes {
-		dst[c] = t.weight(row, c, q)
+	rb := t.RowBytes()
+	src := t.Data[row*rb : (row+1)*rb]
+	if t.Format == TQ2 {
+		for c := 0; c < t.Cols; c++ {
+			dst[c] = float32(codeAt(TQ2, src, c)) * t.Scale
+		}
+		return
+	}
+	ng := t.Groups()
+	for g := 0; g < ng; g++ {
+		lo, hi := groupBounds(g, t.GroupSize, t.Cols)
+		d := t.Scales[row*ng+g].Float32()
+		var m float32
+		if t.Mins != nil {
+			m = t.Mins[row*ng+g].Float32()
+		}
+		out := dst[lo:hi]
+		switch t.Format {
+		case Q8:
+			for i := range out {
+				out[i] = d * float32(int8(src[lo+i]))
+			}
+		case Q4:
+			for i := range out {
+				c := lo + i
+				b := src[c/32*16+c%16]
+				if c%32 >= 16 {
+					b >>= 4
+				}
+				out[i] = d*float32(b&15) + m
+			}
+		case Q2:
+			for i := range out {
+				c := lo + i
+				out[i] = d*float32(src[c/32*8+c%8]>>(2*(c%32/8))&3) + m
+			}
+		case Q1:
+			for i := range out {
+				c := lo + i
+				if src[c/8]>>(c%8)&1 == 1 {
+					out[i] = d
+				} else {
+					out[i] = -d
+				}
+			}
+		}
 	}
 }
 

@@ -365,3 +365,32 @@ func FuzzQuantizeDot(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkQuantize(b *testing.B) {
+	r := rand.New(rand.NewPCG(9, 9))
+	w := heavy(r, 2048*2048)
+	for _, f := range allFormats {
+		b.Run(string(f), func(b *testing.B) {
+			b.SetBytes(int64(len(w)) * 4)
+			for i := 0; i < b.N; i++ {
+				if _, err := Quantize(ctx, f, w, 2048, 2048, Options{Search: true}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(w))*float64(b.N)/b.Elapsed().Seconds(), "weights/s")
+		})
+	}
+}
+
+func BenchmarkDequantizeRow(b *testing.B) {
+	r := rand.New(rand.NewPCG(9, 9))
+	w := heavy(r, 256*2048)
+	q, _ := Quantize(ctx, Q4, w, 256, 2048, Options{})
+	dst := make([]float32, 2048)
+	b.SetBytes(256 * 2048 * 4)
+	for i := 0; i < b.N; i++ {
+		for row := 0; row < 256; row++ {
+			q.DequantizeRow(row, dst)
+		}
+	}
+}

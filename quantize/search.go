@@ -1,7 +1,6 @@
 package quantize
 
 import (
-	"math"
 
 	"lowbit/half"
 )
@@ -36,28 +35,67 @@ func (s asymSums) err(d, m float64) float64 {
 	return d*d*s.sqq + 2*d*m*s.sq + s.n*m*m - 2*d*s.sqw - 2*m*s.sw + s.sww
 }
 
-// asymCodes quantizes w to codes at (d, m) and returns the sums.
-func asymCodes(w []float32, d, m float32, levels int32, codes []int32) asymSums {
-	var s asymSums
-	s.n = float64(len(w))
-	inv := float32(0)
-	if d != 0 {
-		inv = 1 / d
-	}
-	for i, v := range w {
-		q := int32(0)
-		if d != 0 {
-			q = min(max(int32(math.RoundToEven(float64((v-m)*inv))), 0), levels)
+// asymCodes quantizes w to codes at (d, m) and returns the sums; sw and
+// sww do not depend on the codes and are passed in.
+func asymCodes(w []float32, d, m float32, levels int32, codes []int32, sw, sww float64) asymSums {
+	s := asymSums{n: float64(len(w)), sw: sw, sww: sww}
+	if d == 0 {
+		for i := range w {
+			codes[i] = 0
 		}
-		codes[i] = q
-		fq, fv := float64(q), float64(v)
-		s.sq += fq
-		s.sqq += fq * fq
-		s.sqw += fq * fv
-		s.sw += fv
-		s.sww += fv * fv
+		return s
 	}
+	inv, top := 1/d, float32(levels)
+	var sq0, sq1, sqq0, sqq1 int32
+	var sqw0, sqw1 float32
+	i := 0
+	for ; i+2 <= len(w); i += 2 {
+		v0, v1 := w[i], w[i+1]
+		x0, x1 := (v0-m)*inv, (v1-m)*inv
+		if x0 < 0 {
+			x0 = 0
+		} else if x0 > top {
+			x0 = top
+		}
+		if x1 < 0 {
+			x1 = 0
+		} else if x1 > top {
+			x1 = top
+		}
+		q0, q1 := int32(x0+0.5), int32(x1+0.5) // x >= 0: rounds half up
+		codes[i], codes[i+1] = q0, q1
+		sq0 += q0
+		sq1 += q1
+		sqq0 += q0 * q0
+		sqq1 += q1 * q1
+		sqw0 += float32(q0) * v0
+		sqw1 += float32(q1) * v1
+	}
+	for ; i < len(w); i++ {
+		x := (w[i] - m) * inv
+		if x < 0 {
+			x = 0
+		} else if x > top {
+			x = top
+		}
+		q := int32(x + 0.5)
+		codes[i] = q
+		sq0 += q
+		sqq0 += q * q
+		sqw0 += float32(q) * w[i]
+	}
+	sq, sqq, sqw := sq0+sq1, sqq0+sqq1, sqw0+sqw1
+	s.sq, s.sqq, s.sqw = float64(sq), float64(sqq), float64(sqw)
 	return s
+}
+
+// plainSums are the code-independent sums of a group.
+func plainSums(w []float32) (sw, sww float64) {
+	for _, v := range w {
+		sw += float64(v)
+		sww += float64(v) * float64(v)
+	}
+	return sw, sww
 }
 
 // quantizeAsymRow packs one q4 or q2 row.
@@ -76,7 +114,7 @@ func quantizeAsymRow(t *Tensor, r int, row []float32, search bool, codes []int32
 		w := row[lo:hi]
 		d, m := chooseAsym(w, levels, search, codes)
 		t.Scales[r*ng+g], t.Mins[r*ng+g] = d, m
-		asymCodes(w, d.Float32(), m.Float32(), levels, codes)
+		asymCodes(w, d.Float32(), m.Float32(), levels, codes, 0, 0)
 		for i := len(w); i < t.GroupSize; i++ {
 			codes[i] = 0
 		}
@@ -95,10 +133,11 @@ func chooseAsym(w []float32, levels int32, search bool, codes []int32) (half.Flo
 	if !search || hi == lo {
 		return bestD, bestM
 	}
-	s := asymCodes(w, bestD.Float32(), bestM.Float32(), levels, codes)
+	sw, sww := plainSums(w)
+	s := asymCodes(w, bestD.Float32(), bestM.Float32(), levels, codes, sw, sww)
 	bestErr := s.err(float64(bestD.Float32()), float64(bestM.Float32()))
 	try := func(d, m float32) {
-		s := asymCodes(w, d, m, levels, codes)
+		s := asymCodes(w, d, m, levels, codes, sw, sww)
 		fd, fm, ok := s.fit()
 		if !ok {
 			return
@@ -111,7 +150,7 @@ func chooseAsym(w []float32, levels int32, search bool, codes []int32) (half.Flo
 	span := hi - lo
 	// Shrink the range from both ends by small steps (the refit recovers the
 	// exact optimum for whichever codes a candidate produces).
-	for _, c := range [...][2]float32{{0, 0}, {0.02, 0.02}, {0.05, 0.05}, {0.1, 0.1}, {0.05, 0}, {0, 0.05}, {0.1, 0}, {0, 0.1}, {0.15, 0.15}, {0.2, 0.2}} {
+	for _, c := range [...][2]float32{{0, 0}, {0.03, 0.03}, {0.08, 0.08}, {0.06, 0}, {0, 0.06}, {0.14, 0.14}, {0.2, 0.2}} {
 		a, b := lo+c[0]*span, hi-c[1]*span
 		try((b-a)/L, a)
 	}
