@@ -330,7 +330,9 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-func contains(s, sub string) bool { return len(sub) == 0 || len(s) >= len(sub) && (s == sub || indexOf(s, sub) >= 0) }
+func contains(s, sub string) bool {
+	return len(sub) == 0 || len(s) >= len(sub) && (s == sub || indexOf(s, sub) >= 0)
+}
 func indexOf(s, sub string) int {
 	for i := 0; i+len(sub) <= len(s); i++ {
 		if s[i:i+len(sub)] == sub {

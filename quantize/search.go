@@ -1,7 +1,6 @@
 package quantize
 
 import (
-
 	"lowbit/half"
 )
 
