@@ -1,0 +1,189 @@
+// Package hub downloads models from the HuggingFace Hub the way
+// huggingface_hub does, into the same cache (HF_HUB_CACHE, default
+// ~/.cache/huggingface/hub): blobs named by etag, snapshots/{commit} as
+// relative symlinks to them, refs/{revision} holding the commit. A model
+// Python tools downloaded is used without a byte fetched, and the other way
+// round. Files are verified against the Hub's sha256 before they enter the
+// cache, resume from blobs/{etag}.incomplete, arrive in parallel ranged parts,
+// and are guarded by per-blob lock files so several processes can share the cache.
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// DefaultEndpoint is the public Hub.
+const DefaultEndpoint = "https://huggingface.co"
+
+// Options configure a Client; OptionsFromEnv fills them as huggingface_hub would.
+type Options struct {
+	// Endpoint is the Hub's base URL (HF_ENDPOINT).
+	Endpoint string
+	// Token authenticates requests to the endpoint (HF_TOKEN, else $HF_HOME/token).
+	Token string
+	// CacheDir is the hub cache (HF_HUB_CACHE, else $HF_HOME/hub).
+	CacheDir string
+	// Offline uses the cache only (HF_HUB_OFFLINE=1).
+	Offline bool
+	// Workers bounds parallel files and parts.
+	Workers int
+	// PartSize is the size of a ranged part of a large file (default 32 MiB).
+	PartSize int64
+	// Retries bounds attempts per request on 5xx and dropped connections (default 5).
+	Retries int
+	// Progress receives progress bars (nil: none).
+	Progress io.Writer
+	// HTTPClient sends the requests (tests inject one; nil: a default with timeouts).
+	HTTPClient *http.Client
+}
+
+// OptionsFromEnv reads HF_ENDPOINT, HF_TOKEN, HF_HOME, HF_HUB_CACHE and HF_HUB_OFFLINE.
+func OptionsFromEnv() Options {
+	home := os.Getenv("HF_HOME")
+	if home == "" {
+		base := os.Getenv("XDG_CACHE_HOME")
+		if base == "" {
+			if h, err := os.UserHomeDir(); err == nil {
+				base = filepath.Join(h, ".cache")
+			}
+		}
+		home = filepath.Join(base, "huggingface")
+	}
+	o := Options{Endpoint: os.Getenv("HF_ENDPOINT"), CacheDir: os.Getenv("HF_HUB_CACHE")}
+	if o.CacheDir == "" {
+		o.CacheDir = filepath.Join(home, "hub")
+	}
+	o.Token = strings.TrimSpace(os.Getenv("HF_TOKEN"))
+	if o.Token == "" {
+		if b, err := os.ReadFile(filepath.Join(home, "token")); err == nil {
+			o.Token = strings.TrimSpace(string(b))
+		}
+	}
+	switch strings.ToLower(os.Getenv("HF_HUB_OFFLINE")) {
+	case "1", "true", "yes", "on":
+		o.Offline = true
+	}
+	return o
+}
+
+// Client talks to one Hub endpoint and one cache.
+type Client struct {
+	opts Options
+	http *http.Client
+}
+
+// New checks the options and builds a client.
+func New(opts Options) (*Client, error) {
+	if opts.Endpoint == "" {
+		opts.Endpoint = DefaultEndpoint
+	}
+	opts.Endpoint = strings.TrimRight(opts.Endpoint, "/")
+	if !strings.HasPrefix(opts.Endpoint, "http://") && !strings.HasPrefix(opts.Endpoint, "https://") {
+		return nil, fmt.Errorf("hub: endpoint %q is not an http(s) URL", opts.Endpoint)
+	}
+	if opts.CacheDir == "" {
+		return nil, errors.New("hub: no cache directory (set HF_HUB_CACHE or HF_HOME)")
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = max(4, runtime.GOMAXPROCS(0))
+	}
+	if opts.PartSize <= 0 {
+		opts.PartSize = 32 << 20
+	}
+	if opts.Retries <= 0 {
+		opts.Retries = 5
+	}
+	hc := opts.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			ResponseHeaderTimeout: 60 * time.Second,
+			IdleConnTimeout:       90 * time.Second,
+			MaxIdleConnsPerHost:   64,
+		}}
+	}
+	c := &Client{opts: opts}
+	// Copy the client so the redirect policy (which strips credentials on
+	// the way to another host) does not change the caller's.
+	cp := *hc
+	cp.CheckRedirect = c.checkRedirect
+	c.http = &cp
+	return c, nil
+}
+
+// checkRedirect follows up to 10 redirects and never sends the token to a
+// host other than the endpoint's (a CDN gets a signed URL instead).
+func (c *Client) checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("hub: too many redirects")
+	}
+	if req.URL.Host != hostOf(c.opts.Endpoint) {
+		req.Header.Del("Authorization")
+	}
+	return nil
+}
+
+func hostOf(u string) string {
+	s := u[strings.Index(u, "://")+3:]
+	if i := strings.IndexByte(s, '/'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+// Errors a caller can tell apart with errors.Is.
+var (
+	ErrGated            = errors.New("gated repository")
+	ErrUnauthorized     = errors.New("not authorized")
+	ErrRepoNotFound     = errors.New("repository not found")
+	ErrRevisionNotFound = errors.New("revision not found")
+	ErrEntryNotFound    = errors.New("file not found in repository")
+	ErrOffline          = errors.New("offline and not in the cache")
+	ErrChecksum         = errors.New("checksum mismatch")
+)
+
+// RepoInfo is what the revision API says of a repo at a revision.
+type RepoInfo struct {
+	RepoID, Revision, Commit string
+	Files                    []FileInfo
+}
+
+// FileInfo is one file of a repo.
+type FileInfo struct {
+	Path string
+	Size int64
+	// SHA256 is the LFS object id ("" for files kept in git).
+	SHA256 string
+	// BlobID is the git blob id.
+	BlobID string
+}
+
+// etag is the name of the file's blob in the cache, as huggingface_hub names it.
+func (f FileInfo) etag() string {
+	if f.SHA256 != "" {
+		return f.SHA256
+	}
+	return f.BlobID
+}
+
+// Snapshot is a downloaded revision in the cache.
+type Snapshot struct {
+	Dir                      string
+	RepoID, Revision, Commit string
+	Files                    []FileInfo
+}
+
+// DefaultInclude lists the files conversion needs.
+func DefaultInclude() []string {
+	return []string{"config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json",
+		"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+		"chat_template.jinja", "added_tokens.json"}
+}
