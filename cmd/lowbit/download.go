@@ -1,0 +1,61 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"lowbit/convert"
+	"lowbit/hub"
+)
+
+func newDownloadCmd() *cobra.Command {
+	var (
+		revision string
+		include  []string
+		workers  int
+		offline  bool
+		quiet    bool
+		asJSON   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "download <alias | org/repo>",
+		Short: "Download a model's files into the HuggingFace cache and print the snapshot path",
+		Example: `  lowbit download tinyllama
+  lowbit download TinyLlama/TinyLlama-1.1B-Chat-v1.0 --include 'config.json' --include '*.safetensors'`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			repo := args[0]
+			if e, ok := convert.Lookup(repo); ok {
+				repo = e.Repo
+			}
+			opts := hub.OptionsFromEnv()
+			opts.Offline = opts.Offline || offline
+			if workers > 0 {
+				opts.Workers = workers
+			}
+			opts.Progress = progressWriter(quiet || asJSON)
+			c, err := hub.New(opts)
+			if err != nil {
+				return err
+			}
+			snap, err := c.Snapshot(cmd.Context(), repo, revision, include)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), snap)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), snap.Dir)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&revision, "revision", "main", "branch, tag or commit")
+	f.StringArrayVar(&include, "include", nil, "glob of files to fetch, repeatable (default: what conversion needs)")
+	f.IntVar(&workers, "workers", 0, "parallel files and ranged parts")
+	f.BoolVar(&offline, "offline", false, "use the cache only (also HF_HUB_OFFLINE=1)")
+	f.BoolVarP(&quiet, "quiet", "q", false, "no progress bars")
+	f.BoolVar(&asJSON, "json", false, "print the snapshot as JSON")
+	return cmd
+}
