@@ -140,7 +140,11 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 			return e, err
 		}
 		if !p.format.Quantized() {
-			if err := parts[manifest.RoleData].write(floatBytes(p.format, x)); err != nil {
+			b, err := safetensors.FromFloat32(p.parts[0].spec.DType, x)
+			if err != nil {
+				return e, fmt.Errorf("tensor %s: %w", p.name, err)
+			}
+			if err := parts[manifest.RoleData].write(b); err != nil {
 				return e, fmt.Errorf("tensor %s: %w", p.name, err)
 			}
 			bar.Add(len(src))
@@ -246,29 +250,6 @@ func sqErr(q *quantize.Tensor, x []float32) (errSq, refSq float64) {
 		}
 	}
 	return errSq, refSq
-}
-
-// floatBytes encodes a float chunk in the tensor's stored float format.
-func floatBytes(f quantize.Format, x []float32) []byte {
-	switch f {
-	case quantize.F16:
-		b := make([]byte, 2*len(x))
-		for i, v := range x {
-			binary.LittleEndian.PutUint16(b[2*i:], uint16(half.FromFloat32(v)))
-		}
-		return b
-	case quantize.BF16:
-		b := make([]byte, 2*len(x))
-		for i, v := range x {
-			binary.LittleEndian.PutUint16(b[2*i:], uint16(half.BFromFloat32(v)))
-		}
-		return b
-	}
-	b := make([]byte, 4*len(x))
-	for i, v := range x {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
-	}
-	return b
 }
 
 func halfBytes(h []half.Float16) []byte {

@@ -203,3 +203,29 @@ func ToFloat32(dt DType, src []byte, dst []float32) error {
 	}
 	return nil
 }
+
+// FromFloat32 encodes float32 values as little-endian F32, F16 or BF16 bytes,
+// the inverse of ToFloat32 (rounding to nearest even for the 16-bit types).
+func FromFloat32(dt DType, src []float32) ([]byte, error) {
+	switch dt {
+	case "F16":
+		b := make([]byte, 2*len(src))
+		for i, v := range src {
+			binary.LittleEndian.PutUint16(b[2*i:], uint16(half.FromFloat32(v)))
+		}
+		return b, nil
+	case "BF16":
+		b := make([]byte, 2*len(src))
+		for i, v := range src {
+			binary.LittleEndian.PutUint16(b[2*i:], uint16(half.BFromFloat32(v)))
+		}
+		return b, nil
+	case "F32":
+		b := make([]byte, 4*len(src))
+		for i, v := range src {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("safetensors: cannot encode float32 as %s", dt)
+}
