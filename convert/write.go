@@ -113,7 +113,7 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 	}
 	n := p.info.NumElements()
 	if cols == 0 || n == 0 {
-		return finish(e, p, parts, nil)
+		return finish(e, p, parts)
 	}
 	rows := n / cols
 	chunkRows := max(1, chunkElems/cols)
@@ -185,11 +185,11 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 		}
 		e.RelL2Error = &rel
 	}
-	return finish(e, p, parts, nil)
+	return finish(e, p, parts)
 }
 
 // finish fills the manifest parts of a converted tensor.
-func finish(e manifest.Tensor, p *tensorPlan, parts map[string]*partWriter, _ error) (manifest.Tensor, error) {
+func finish(e manifest.Tensor, p *tensorPlan, parts map[string]*partWriter) (manifest.Tensor, error) {
 	for _, pp := range p.parts {
 		pw := parts[pp.role]
 		if pw.off != pp.bytes {

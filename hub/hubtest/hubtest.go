@@ -174,18 +174,8 @@ func (s *Server) serveHub(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, rev, file := parts[0]+"/"+parts[1], parts[3], parts[4]
-	repo := s.repo(id)
+	repo := s.lookup(w, r, id, rev)
 	if repo == nil {
-		w.Header().Set("X-Error-Code", "RepoNotFound")
-		w.WriteHeader(http.StatusUnauthorized)
-		return
-	}
-	if !s.auth(w, r, repo) {
-		return
-	}
-	if rev != "main" && rev != repo.Commit {
-		w.Header().Set("X-Error-Code", "RevisionNotFound")
-		w.WriteHeader(http.StatusNotFound)
 		return
 	}
 	b, ok := repo.Files[file]
@@ -207,19 +197,30 @@ func (s *Server) serveHub(w http.ResponseWriter, r *http.Request) {
 	s.serveContent(w, r, file, b)
 }
 
-func (s *Server) serveRevision(w http.ResponseWriter, r *http.Request, id, rev string) {
+// lookup finds repo id at rev as the Hub would, answering a missing repo
+// (401 RepoNotFound, as the Hub does for anonymous callers), a gated one, or
+// a missing revision itself and returning nil then.
+func (s *Server) lookup(w http.ResponseWriter, r *http.Request, id, rev string) *Repo {
 	repo := s.repo(id)
 	if repo == nil {
 		w.Header().Set("X-Error-Code", "RepoNotFound")
 		w.WriteHeader(http.StatusUnauthorized)
-		return
+		return nil
 	}
 	if !s.auth(w, r, repo) {
-		return
+		return nil
 	}
 	if rev != "main" && rev != repo.Commit {
 		w.Header().Set("X-Error-Code", "RevisionNotFound")
 		w.WriteHeader(http.StatusNotFound)
+		return nil
+	}
+	return repo
+}
+
+func (s *Server) serveRevision(w http.ResponseWriter, r *http.Request, id, rev string) {
+	repo := s.lookup(w, r, id, rev)
+	if repo == nil {
 		return
 	}
 	type lfs struct {
