@@ -1,0 +1,194 @@
+package gpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"lowbit/half"
+	"lowbit/quantize"
+)
+
+// benchShapes are the linear layers of TinyLlama-1.1B and Llama-2-7B.
+var benchShapes = []struct {
+	model      string
+	rows, cols int
+}{
+	{"tinyllama", 2048, 2048}, {"tinyllama", 5632, 2048}, {"tinyllama", 2048, 5632}, {"tinyllama", 32000, 2048},
+	{"llama7b", 4096, 4096}, {"llama7b", 11008, 4096}, {"llama7b", 4096, 11008},
+}
+
+// randomTensor builds a tensor of format f with random packed codes and
+// plausible scales: speed does not depend on the values, and quantizing
+// the 7B shapes on the CPU would dominate the benchmark's run time.
+func randomTensor(r *rand.Rand, f quantize.Format, rows, cols int) *quantize.Tensor {
+	t := &quantize.Tensor{Format: f, Rows: rows, Cols: cols, GroupSize: f.DefaultGroupSize(), Scale: 0.02}
+	t.Data = make([]byte, rows*t.RowBytes())
+	for i := range t.Data {
+		t.Data[i] = byte(r.Uint32())
+	}
+	if ng := rows * t.Groups(); ng > 0 {
+		t.Scales = make([]half.Float16, ng)
+		for i := range t.Scales {
+			t.Scales[i] = half.FromFloat32(0.01 + 0.01*r.Float32())
+		}
+		if f == quantize.Q4 || f == quantize.Q2 {
+			t.Mins = make([]half.Float16, ng)
+			for i := range t.Mins {
+				t.Mins[i] = half.FromFloat32(-0.05 * r.Float32())
+			}
+		}
+	}
+	return t
+}
+
+// BenchmarkMatVec times the decode product of every format on the
+// TinyLlama and Llama-2-7B layer shapes. Each replay of a CUDA graph runs
+// the product over enough copies of the matrix (at least 256 MiB in all)
+// that the 50 MB L2 cache holds none of them, and CUDA events time the
+// replays. Reported: microseconds per product, weight bytes read per
+// second, and that rate over the measured device-to-device copy rate.
+func BenchmarkMatVec(b *testing.B) {
+	d := openOrSkip(b)
+	copyBW, err := d.CopyBandwidth(1<<30, 20)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%s: device-to-device copy %.0f GB/s (bytes read + written)", d, copyBW/1e9)
+	r := rand.New(rand.NewPCG(7, 8))
+	type variant struct {
+		name string
+		f    quantize.Format
+		act  Activations
+	}
+	variants := []variant{
+		{"f16", quantize.F16, ActFloat}, {"q8", quantize.Q8, ActFloat}, {"q8-a8", quantize.Q8, ActInt8},
+		{"q4", quantize.Q4, ActFloat}, {"q2", quantize.Q2, ActFloat}, {"q1", quantize.Q1, ActFloat},
+		{"q1-bin", quantize.Q1, ActBinary}, {"tq2", quantize.TQ2, ActFloat}, {"tq2-a8", quantize.TQ2, ActInt8},
+	}
+	for _, sh := range benchShapes {
+		for _, v := range variants {
+			b.Run(fmt.Sprintf("%s-%dx%d/%s", sh.model, sh.rows, sh.cols, v.name), func(b *testing.B) {
+				var m0 *Matrix
+				if v.f == quantize.F16 {
+					m0, err = d.UploadFloat(v.f, make([]float32, sh.rows*sh.cols), sh.rows, sh.cols)
+				} else {
+					m0, err = d.Upload(randomTensor(r, v.f, sh.rows, sh.cols))
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				ms := []*Matrix{m0}
+				defer func() {
+					for _, m := range ms {
+						d.FreeMatrix(m)
+					}
+				}()
+				n := int(max(1, (256<<20)/m0.Bytes()))
+				err := d.do(func() error {
+					for i := 1; i < n; i++ {
+						m := *m0
+						var err error
+						if m.data, err = d.pool.alloc(d, m0.data.size, MemWeights); err != nil {
+							return err
+						}
+						if err := d.copyDtoD(m.data, m0.data, m0.data.size); err != nil {
+							return err
+						}
+						m.scales, m.mins = Buffer{}, Buffer{}
+						for _, p := range []struct{ dst, src *Buffer }{{&m.scales, &m0.scales}, {&m.mins, &m0.mins}} {
+							if p.src.ptr == 0 {
+								continue
+							}
+							if *p.dst, err = d.pool.alloc(d, p.src.size, MemWeights); err != nil {
+								return err
+							}
+							if err := d.copyDtoD(*p.dst, *p.src, p.src.size); err != nil {
+								return err
+							}
+						}
+						ms = append(ms, &m)
+					}
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				var usPer float64
+				err = d.do(func() error {
+					x, err := d.uploadNew(bytesOf(make([]float32, m0.blocks()*32)), 0, MemScratch)
+					if err != nil {
+						return err
+					}
+					defer d.pool.release(x)
+					if err := d.memset(x, 0x3c); err != nil { // x = 0.0115 everywhere: not zeros
+						return err
+					}
+					y, err := d.pool.alloc(d, int64(4*sh.rows), MemScratch)
+					if err != nil {
+						return err
+					}
+					defer d.pool.release(y)
+					run := func() error {
+						for _, m := range ms {
+							if err := d.product(m, v.act, x, y); err != nil {
+								return err
+							}
+						}
+						return nil
+					}
+					if err := run(); err != nil { // warm up outside the graph
+						return err
+					}
+					if err := d.sync(); err != nil {
+						return err
+					}
+					g, err := d.capture(run)
+					if err != nil {
+						return err
+					}
+					defer g.destroy()
+					if _, err := d.timeIt(2, func() error { return d.launchGraph(g) }); err != nil {
+						return err
+					}
+					b.ResetTimer()
+					msPer, err := d.timeIt(b.N, func() error { return d.launchGraph(g) })
+					if err != nil {
+						return err
+					}
+					usPer = msPer * 1e3 / float64(len(ms))
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				bw := float64(m0.Bytes()) / (usPer * 1e-6)
+				b.ReportMetric(usPer, "us/matvec")
+				b.ReportMetric(bw/1e9, "GB/s")
+				b.ReportMetric(100*bw/copyBW, "%copy")
+			})
+		}
+	}
+}
+
+// product queues one matrix-vector product in activation mode act,
+// quantizing or binarizing x first where the mode needs it (device thread).
+func (d *Device) product(m *Matrix, act Activations, x, y Buffer) error {
+	switch act {
+	case ActInt8:
+		return d.withInt8(m, x, func(q, s Buffer) error { return d.matvecI8(m, q, s, y) })
+	case ActBinary:
+		return d.withBinary(m, x, func(bits, beta Buffer) error { return d.matvecBinary(m, bits, beta, y) })
+	}
+	return d.matvec(m, x, y)
+}
+
+// BenchmarkCopy measures the device-to-device copy rate, the roofline.
+func BenchmarkCopy(b *testing.B) {
+	d := openOrSkip(b)
+	bw, err := d.CopyBandwidth(1<<30, max(b.N, 10))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(bw/1e9, "GB/s")
+}

@@ -1,0 +1,397 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"lowbit/half"
+	"lowbit/quantize"
+)
+
+// openOrSkip opens GPU 0 or skips the test where there is none (CI).
+func openOrSkip(t testing.TB) *Device {
+	t.Helper()
+	d, err := Open(0)
+	if errors.Is(err, ErrNoDriver) || errors.Is(err, ErrNoDevice) {
+		t.Skipf("no CUDA driver or GPU here: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func TestPTXMatchesSource(t *testing.T) {
+	fams, err := kernelFamilies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fams) == 0 {
+		t.Fatal("no kernel sources embedded")
+	}
+	for _, f := range fams {
+		src, err := kernelFS.ReadFile("kernels/" + f + ".cu")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := sourceHash(src)
+		for _, arch := range []string{"sm80", "sm90"} {
+			ptx, err := readPTX(f, arch)
+			if err != nil {
+				t.Errorf("%s: %v", f, err)
+				continue
+			}
+			got, err := parsePTXHash(ptx)
+			if err != nil {
+				t.Errorf("%s.%s.ptx: %v", f, arch, err)
+				continue
+			}
+			if got != want {
+				t.Errorf("%s.%s.ptx was built from another %s.cu (sha256 %s, the source is %s): run `make kernels` on the GPU machine", f, arch, f, got[:12], want[:12])
+			}
+		}
+	}
+}
+
+func TestParsePTXHash(t *testing.T) {
+	good := ptxHashPrefix + strings.Repeat("ab", 32) + "\n.version 8.0\n"
+	tests := []struct {
+		in      string
+		wantErr bool
+	}{
+		{good, false},
+		{"", true},
+		{".version 8.0\n", true},
+		{ptxHashPrefix + "xyz\n", true},
+		{ptxHashPrefix + strings.Repeat("ab", 31) + "\n", true},
+	}
+	for _, tc := range tests {
+		h, err := parsePTXHash([]byte(tc.in))
+		if (err != nil) != tc.wantErr {
+			t.Errorf("parsePTXHash(%q) = %q, %v; want error %v", tc.in, h, err, tc.wantErr)
+		}
+		if err == nil && h != strings.Repeat("ab", 32) {
+			t.Errorf("parsePTXHash(%q) = %q", tc.in, h)
+		}
+	}
+}
+
+func FuzzParsePTXHash(f *testing.F) {
+	f.Add([]byte(ptxHashPrefix + strings.Repeat("0f", 32) + "\n.version 8.0"))
+	f.Add([]byte(""))
+	f.Add([]byte("\n\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := parsePTXHash(b)
+		if err == nil && len(h) != 64 {
+			t.Fatalf("accepted hash %q", h)
+		}
+	})
+}
+
+func TestSizeClass(t *testing.T) {
+	tests := []struct{ in, want int64 }{
+		{1, 512}, {512, 512}, {513, 1024}, {4096, 4096}, {4097, 5120}, {9000, 10240}, {1 << 20, 1 << 20}, {(1 << 20) + 1, 1<<20 + 1<<18},
+	}
+	for _, tc := range tests {
+		if got := sizeClass(tc.in); got != tc.want {
+			t.Errorf("sizeClass(%d) = %d, want %d", tc.in, got, tc.want)
+		}
+		if got := sizeClass(tc.in); got < tc.in || (tc.in > 4096 && float64(got) > 1.25*float64(tc.in)) {
+			t.Errorf("sizeClass(%d) = %d wastes too much", tc.in, got)
+		}
+	}
+}
+
+func TestOpenWithoutGPU(t *testing.T) {
+	d, err := Open(0)
+	if err == nil {
+		d.Close()
+		t.Skip("a GPU is present")
+	}
+	if !errors.Is(err, ErrNoDriver) && !errors.Is(err, ErrNoDevice) {
+		t.Fatalf("Open without a GPU: %v, want ErrNoDriver or ErrNoDevice", err)
+	}
+	if !strings.Contains(err.Error(), "CUDA") {
+		t.Errorf("error %q does not say CUDA", err)
+	}
+}
+
+func TestDevice(t *testing.T) {
+	d := openOrSkip(t)
+	major, minor := d.Capability()
+	t.Logf("%s, sm_%d%d, %.1f GiB", d, major, minor, float64(d.TotalMem())/(1<<30))
+	if d.Name() == "" || major < 8 || d.TotalMem() <= 0 {
+		t.Fatalf("device %q sm_%d%d %d bytes", d.Name(), major, minor, d.TotalMem())
+	}
+	if _, err := Open(99); !errors.Is(err, ErrNoDevice) {
+		t.Errorf("Open(99) = %v, want ErrNoDevice", err)
+	}
+	// Memory: round trip, pool reuse, stats.
+	b, err := d.Alloc(1000, MemScratch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := make([]byte, 1000)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	if err := d.CopyToDevice(b, src); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 1000)
+	if err := d.CopyFromDevice(got, b); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(src) {
+		t.Fatal("device round trip changed the bytes")
+	}
+	if s := d.MemStats(); s.Scratch != 1024 {
+		t.Errorf("scratch in use %d, want 1024", s.Scratch)
+	}
+	d.Free(b)
+	b2, err := d.Alloc(900, MemScratch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b2.Ptr() != b.Ptr() {
+		t.Errorf("pool did not reuse the freed block")
+	}
+	d.Free(b2)
+	if err := d.CopyToDevice(b2, make([]byte, 2000)); err == nil {
+		t.Error("copy past a buffer's end was accepted")
+	}
+	if _, err := d.Alloc(1<<50, MemScratch); !IsOutOfMemory(err) {
+		t.Errorf("a 1 PiB allocation gave %v, want out of memory", err)
+	}
+}
+
+func gaussian(r *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	return x
+}
+
+func f64(x []float32) []float64 {
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+// relL2 is ||got - ref|| / ||ref|| with a float64 reference; NaN fails.
+func relL2(ref []float64, got []float32) float64 {
+	var num, den float64
+	for i := range ref {
+		e := float64(got[i]) - ref[i]
+		num += e * e
+		den += ref[i] * ref[i]
+	}
+	if math.IsNaN(num) {
+		return math.Inf(1)
+	}
+	return math.Sqrt(num / den)
+}
+
+var testShapes = []struct{ rows, cols, group int }{
+	{1, 32, 32}, {7, 100, 32}, {64, 256, 64}, {130, 2048, 32}, {33, 5632, 128}, {300, 4096, 32},
+}
+
+func TestMatVec(t *testing.T) {
+	d := openOrSkip(t)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, sh := range testShapes {
+		w := gaussian(r, sh.rows*sh.cols)
+		x := gaussian(r, sh.cols)
+		for _, f := range []quantize.Format{quantize.F32, quantize.F16, quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1, quantize.TQ2} {
+			t.Run(fmt.Sprintf("%s/%dx%d/g%d", f, sh.rows, sh.cols, sh.group), func(t *testing.T) {
+				var m *Matrix
+				ref := make([]float64, sh.rows)
+				var err error
+				var qt *quantize.Tensor
+				if f.Quantized() {
+					gs := sh.group
+					if f == quantize.TQ2 {
+						gs = 0
+					}
+					qt, err = quantize.Quantize(ctx, f, w, sh.rows, sh.cols, quantize.Options{GroupSize: gs})
+					if err != nil {
+						t.Fatal(err)
+					}
+					m, err = d.Upload(qt)
+					xf := f64(x)
+					for i := range ref {
+						ref[i] = qt.DotRef(i, xf)
+					}
+				} else {
+					m, err = d.UploadFloat(f, w, sh.rows, sh.cols)
+					for i := range ref {
+						for c := 0; c < sh.cols; c++ {
+							wv := w[i*sh.cols+c]
+							if f == quantize.F16 {
+								wv = half.Round16(wv)
+							}
+							ref[i] += float64(wv) * float64(x[c])
+						}
+					}
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer d.FreeMatrix(m)
+				y, err := d.MatVecAct(m, x, ActFloat)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e := relL2(ref, y); e > 2e-5 {
+					t.Errorf("float activations: relative L2 %.3g", e)
+				}
+				// int8 and binary activations where the format has them.
+				var refA []float64
+				var act Activations
+				switch f {
+				case quantize.TQ2, quantize.Q8:
+					var a quantize.Int8Vec
+					quantize.QuantizeInt8(x, &a)
+					for i := 0; i < sh.rows; i++ {
+						refA = append(refA, qt.DotInt8Ref(i, &a))
+					}
+					act = ActInt8
+				case quantize.Q1:
+					var a quantize.BinaryVec
+					quantize.Binarize(x, sh.group, &a)
+					for i := 0; i < sh.rows; i++ {
+						refA = append(refA, qt.DotBinaryRef(i, &a))
+					}
+					act = ActBinary
+				default:
+					return
+				}
+				y, err = d.MatVecAct(m, x, act)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e := relL2(refA, y); e > 2e-5 {
+					t.Errorf("activation mode %d: relative L2 %.3g", act, e)
+				}
+			})
+		}
+	}
+}
+
+func TestMatMul(t *testing.T) {
+	d := openOrSkip(t)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, sh := range []struct{ rows, cols, n int }{{1, 32, 1}, {70, 100, 3}, {130, 2048, 70}, {64, 512, 128}} {
+		w := gaussian(r, sh.rows*sh.cols)
+		x := gaussian(r, sh.n*sh.cols)
+		for _, f := range []quantize.Format{quantize.F32, quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1, quantize.TQ2} {
+			t.Run(fmt.Sprintf("%s/%dx%dx%d", f, sh.rows, sh.cols, sh.n), func(t *testing.T) {
+				var m *Matrix
+				var err error
+				var deq []float32
+				if f == quantize.F32 {
+					m, err = d.UploadFloat(f, w, sh.rows, sh.cols)
+					deq = w
+				} else {
+					qt, qerr := quantize.Quantize(ctx, f, w, sh.rows, sh.cols, quantize.Options{})
+					if qerr != nil {
+						t.Fatal(qerr)
+					}
+					m, err = d.Upload(qt)
+					deq = qt.Dequantize()
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer d.FreeMatrix(m)
+				y, err := d.MatMulMatrix(m, x, sh.n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ref := make([]float64, sh.n*sh.rows)
+				for tok := 0; tok < sh.n; tok++ {
+					for i := 0; i < sh.rows; i++ {
+						var s float64
+						for c := 0; c < sh.cols; c++ {
+							s += float64(deq[i*sh.cols+c]) * float64(x[tok*sh.cols+c])
+						}
+						ref[tok*sh.rows+i] = s
+					}
+				}
+				if e := relL2(ref, y); e > 2e-5 {
+					t.Errorf("relative L2 %.3g", e)
+				}
+			})
+		}
+	}
+}
+
+func TestGraphReplay(t *testing.T) {
+	d := openOrSkip(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	rows, cols := 256, 1024
+	w := gaussian(r, rows*cols)
+	qt, err := quantize.Quantize(context.Background(), quantize.Q4, w, rows, cols, quantize.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := d.Upload(qt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.FreeMatrix(m)
+	x := gaussian(r, cols)
+	want, err := d.MatVecAct(m, x, ActFloat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = d.do(func() error {
+		xb, err := d.uploadNew(bytesOf(x), 0, MemScratch)
+		if err != nil {
+			return err
+		}
+		defer d.pool.release(xb)
+		yb, err := d.pool.alloc(d, int64(4*rows), MemScratch)
+		if err != nil {
+			return err
+		}
+		defer d.pool.release(yb)
+		g, err := d.capture(func() error { return d.matvec(m, xb, yb) })
+		if err != nil {
+			return err
+		}
+		defer g.destroy()
+		for i := 0; i < 3; i++ {
+			if err := d.memset(yb, 0xff); err != nil {
+				return err
+			}
+			if err := d.launchGraph(g); err != nil {
+				return err
+			}
+			got := make([]float32, rows)
+			if err := d.dtoh(bytesOf(got), yb, 0); err != nil {
+				return err
+			}
+			for j := range got {
+				if got[j] != want[j] {
+					return fmt.Errorf("replay %d: y[%d] = %v, want %v", i, j, got[j], want[j])
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,93 @@
+// matmul.cu: prefill products Y[n, rows] = X[n, cols] W^T for every weight
+// format. A first, simple tiled kernel: a 64x32 tile of W is dequantized
+// into shared memory beside a 32x64 tile of X, and 256 threads each compute
+// 4x4 outputs in fp32. (Tensor cores come later.)
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+enum { F32 = 0, F16 = 1, Q8 = 2, Q4 = 3, Q2 = 4, Q1 = 5, TQ2 = 6 };
+
+#define BM 64
+#define BN 64
+#define BK 32
+
+// Weight c of a packed row, dequantized (the layout's definition).
+template <int FMT>
+__device__ __forceinline__ float wval(const uint8_t* row, const __half* sc, const __half* mn, float ts, int c,
+                                      int gb) {
+    const int b = c >> 5, j = c & 31, g = b / gb;
+    if (FMT == F32) return reinterpret_cast<const float*>(row)[c];
+    if (FMT == F16) return __half2float(reinterpret_cast<const __half*>(row)[c]);
+    if (FMT == Q8) return __half2float(sc[g]) * (float)(int8_t)row[c];
+    if (FMT == Q4) {
+        uint8_t v = row[b * 16 + (j & 15)];
+        return __half2float(sc[g]) * (float)(j >= 16 ? v >> 4 : v & 15) + __half2float(mn[g]);
+    }
+    if (FMT == Q2) return __half2float(sc[g]) * (float)((row[b * 8 + (j & 7)] >> (2 * (j >> 3))) & 3) + __half2float(mn[g]);
+    if (FMT == TQ2) return ts * (float)((int)((row[b * 8 + (j & 7)] >> (2 * (j >> 3))) & 3) - 1);
+    // Q1
+    const float d = __half2float(sc[g]);
+    return (row[b * 4 + (j >> 3)] >> (j & 7)) & 1 ? d : -d;
+}
+
+template <int FMT>
+__device__ void matmul(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
+                       const __half* __restrict__ mins, float tscale, const float* __restrict__ X,
+                       float* __restrict__ Y, int rows, int cols, int n, int row_bytes, int gb, int ng) {
+    __shared__ float Ws[BK][BM + 4];
+    __shared__ float Xs[BK][BN + 4];
+    const int t = threadIdx.x;
+    const int r0 = blockIdx.x * BM, t0 = blockIdx.y * BN;
+    const int lm = t >> 2, lk = (t & 3) * 8;
+    const int tx = t & 15, ty = t >> 4;
+    float acc[4][4] = {};
+    const int wr = r0 + lm;
+    const uint8_t* wrow = W + (size_t)min(wr, rows - 1) * row_bytes;
+    const __half* wsc = scales ? scales + (size_t)min(wr, rows - 1) * ng : nullptr;
+    const __half* wmn = mins ? mins + (size_t)min(wr, rows - 1) * ng : nullptr;
+    const int xt = t0 + lm;
+    for (int c0 = 0; c0 < cols; c0 += BK) {
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++) {
+            const int c = c0 + lk + kk;
+            Ws[lk + kk][lm] = (wr < rows && c < cols) ? wval<FMT>(wrow, wsc, wmn, tscale, c, gb) : 0.f;
+            Xs[lk + kk][lm] = (xt < n && c < cols) ? X[(size_t)xt * cols + c] : 0.f;
+        }
+        __syncthreads();
+#pragma unroll 8
+        for (int k = 0; k < BK; k++) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) a[i] = Ws[k][ty * 4 + i], b[i] = Xs[k][tx * 4 + i];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int tok = t0 + tx * 4 + j;
+        if (tok >= n) continue;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = r0 + ty * 4 + i;
+            if (r < rows) Y[(size_t)tok * rows + r] = acc[i][j];
+        }
+    }
+}
+
+#define MATMUL(name, FMT)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(256)                                                    \
+        name(const uint8_t* W, const __half* scales, const __half* mins, float tscale, const float* X,   \
+             float* Y, int rows, int cols, int n, int row_bytes, int gb, int ng) {                       \
+        matmul<FMT>(W, scales, mins, tscale, X, Y, rows, cols, n, row_bytes, gb, ng);                    \
+    }
+MATMUL(matmul_f32, F32)
+MATMUL(matmul_f16, F16)
+MATMUL(matmul_q8, Q8)
+MATMUL(matmul_q4, Q4)
+MATMUL(matmul_q2, Q2)
+MATMUL(matmul_q1, Q1)
+MATMUL(matmul_tq2, TQ2)

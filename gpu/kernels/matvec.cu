@@ -1,0 +1,322 @@
+// matvec.cu: decode matrix-vector products y = W x, one kernel per weight
+// format, plus the activation quantizers (int8 absmax, binary signs).
+//
+// Layouts are ARCHITECTURE.md's. A block of the grid owns ROWS rows; its
+// threads stride over the row's 32-weight blocks, so the weight loads of a
+// warp are contiguous (16 bytes a lane for q4, 32 for q8, 8 for q2/tq2) and
+// each x block read serves ROWS rows. x is padded with zeros to whole
+// 32-weight blocks, so the padding codes of a short last block add nothing.
+// Codes become floats with the 2^23 trick: the byte is placed under the
+// exponent of 2^23 (one byte permute), then 2^23 is subtracted.
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define ROWS 4
+
+enum { F32 = 0, F16 = 1, Q8 = 2, Q4 = 3, Q2 = 4, Q1 = 5, TQ2 = 6 };
+
+// byte i of u (0..255) as a float plus 2^23.
+__device__ __forceinline__ float ub(uint32_t u, int i) {
+    return __int_as_float(__byte_perm(u, 0x4Bu, 0x4550 | i));
+}
+
+__device__ __forceinline__ uint4 ld16(const uint8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ uint2 ld8(const uint8_t* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
+
+// sum of q*x over 4 weights whose codes are the bytes of u, each code
+// being (float) byte - off.
+__device__ __forceinline__ float dot4(uint32_t u, float off, const float* x) {
+    return (ub(u, 0) - off) * x[0] + (ub(u, 1) - off) * x[1] + (ub(u, 2) - off) * x[2] + (ub(u, 3) - off) * x[3];
+}
+
+// Dot of one 32-weight block's codes with x[0..31] (without scale and min).
+template <int FMT>
+__device__ __forceinline__ float block_dot(const uint8_t* p, const float* x) {
+    float s = 0.f;
+    if (FMT == Q8) {
+        uint4 a = ld16(p), b = ld16(p + 16);
+        uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int k = 0; k < 8; k++) s += dot4(w[k] ^ 0x80808080u, 8388736.f, x + 4 * k);
+    } else if (FMT == Q4) {
+        uint4 a = ld16(p);
+        uint32_t w[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            s += dot4(w[k] & 0x0F0F0F0Fu, 8388608.f, x + 4 * k);
+            s += dot4((w[k] >> 4) & 0x0F0F0F0Fu, 8388608.f, x + 16 + 4 * k);
+        }
+    } else if (FMT == Q2 || FMT == TQ2) {
+        const float off = FMT == Q2 ? 8388608.f : 8388609.f;
+        uint2 a = ld8(p);
+        uint32_t w[2] = {a.x, a.y};
+#pragma unroll
+        for (int k = 0; k < 2; k++)
+#pragma unroll
+            for (int sh = 0; sh < 4; sh++) s += dot4((w[k] >> (2 * sh)) & 0x03030303u, off, x + 8 * sh + 4 * k);
+    } else if (FMT == Q1) {
+        uint32_t w = __ldg(reinterpret_cast<const uint32_t*>(p));
+#pragma unroll
+        for (int i = 0; i < 32; i++) s += __int_as_float(__float_as_int(x[i]) ^ ((~w >> i) << 31));
+    } else if (FMT == F32) {
+        const float4* q = reinterpret_cast<const float4*>(p);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float4 v = __ldg(q + k);
+            s += v.x * x[4 * k] + v.y * x[4 * k + 1] + v.z * x[4 * k + 2] + v.w * x[4 * k + 3];
+        }
+    } else if (FMT == F16) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            uint4 v = ld16(p + 16 * k);
+            uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float2 f = __half22float2(*reinterpret_cast<__half2*>(&w[j]));
+                s += f.x * x[8 * k + 2 * j] + f.y * x[8 * k + 2 * j + 1];
+            }
+        }
+    }
+    return s;
+}
+
+// Bytes of one 32-weight block.
+template <int FMT>
+__device__ __forceinline__ int block_bytes() {
+    return FMT == F32 ? 128 : FMT == F16 ? 64 : FMT == Q8 ? 32 : FMT == Q4 ? 16 : FMT == Q1 ? 4 : 8;
+}
+
+// Sum of v over the block's threads; the result is valid in thread 0.
+template <int NT>
+__device__ __forceinline__ void block_reduce(float (&v)[ROWS], float (*red)[ROWS]) {
+#pragma unroll
+    for (int r = 0; r < ROWS; r++)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v[r] += __shfl_xor_sync(0xffffffffu, v[r], o);
+    if (NT > 32) {
+        int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) red[warp][r] = v[r];
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int w = 1; w < NT / 32; w++)
+#pragma unroll
+                for (int r = 0; r < ROWS; r++) v[r] += red[w][r];
+    }
+}
+
+// y[row] = sum over blocks of (d*dot + m*sum(x)) (or tscale*dot for tq2,
+// plain dot for floats). nb: 32-weight blocks per row; gb: blocks per group;
+// ng: groups per row.
+template <int FMT, int NT>
+__device__ void matvec(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
+                       const __half* __restrict__ mins, float tscale, const float* __restrict__ x,
+                       float* __restrict__ y, int rows, int nb, int row_bytes, int gb, int ng) {
+    __shared__ float red[NT / 32][ROWS];
+    const int row0 = blockIdx.x * ROWS;
+    float acc[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) acc[r] = 0.f;
+    for (int b = threadIdx.x; b < nb; b += NT) {
+        float xv[32];
+        const float4* xp = reinterpret_cast<const float4*>(x + 32 * b);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float4 v = __ldg(xp + k);
+            xv[4 * k] = v.x, xv[4 * k + 1] = v.y, xv[4 * k + 2] = v.z, xv[4 * k + 3] = v.w;
+        }
+        float xs = 0.f;
+        if (FMT == Q4 || FMT == Q2) {
+#pragma unroll
+            for (int i = 0; i < 32; i++) xs += xv[i];
+        }
+        const int g = b / gb;
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            const int row = min(row0 + r, rows - 1);
+            float s = block_dot<FMT>(W + (size_t)row * row_bytes + (size_t)b * block_bytes<FMT>(), xv);
+            if (FMT == Q8 || FMT == Q1) {
+                s *= __half2float(scales[(size_t)row * ng + g]);
+            } else if (FMT == Q4 || FMT == Q2) {
+                size_t i = (size_t)row * ng + g;
+                s = __half2float(scales[i]) * s + __half2float(mins[i]) * xs;
+            }
+            acc[r] += s;
+        }
+    }
+    block_reduce<NT>(acc, red);
+    if (threadIdx.x == 0)
+#pragma unroll
+        for (int r = 0; r < ROWS; r++)
+            if (row0 + r < rows) y[row0 + r] = FMT == TQ2 ? acc[r] * tscale : acc[r];
+}
+
+#define MATVEC(name, FMT, NT)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(NT) name(const uint8_t* W, const __half* scales,             \
+                                                          const __half* mins, float tscale, const float* x,   \
+                                                          float* y, int rows, int nb, int row_bytes, int gb, \
+                                                          int ng) {                                          \
+        matvec<FMT, NT>(W, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng);                        \
+    }
+#define MATVEC_ALL(fmt, FMT) \
+    MATVEC(matvec_##fmt##_32, FMT, 32) MATVEC(matvec_##fmt##_64, FMT, 64) MATVEC(matvec_##fmt##_128, FMT, 128)
+
+MATVEC_ALL(f32, F32)
+MATVEC_ALL(f16, F16)
+MATVEC_ALL(q8, Q8)
+MATVEC_ALL(q4, Q4)
+MATVEC_ALL(q2, Q2)
+MATVEC_ALL(q1, Q1)
+MATVEC_ALL(tq2, TQ2)
+
+// quantize_i8 quantizes x[0..n) to int8 by absmax, as BitNet does: one
+// block of 1024 threads. scale_out[0] = max(amax, 1e-5)/127 expressed as
+// 1/(127/amax), q = clip(rint(x*127/amax), -128, 127) (round half to even).
+extern "C" __global__ void __launch_bounds__(1024) quantize_i8(const float* __restrict__ x, int n,
+                                                               int8_t* __restrict__ q, float* __restrict__ scale_out) {
+    __shared__ float red[32];
+    float m = 0.f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, fabsf(x[i]));
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        m = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0.f;
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if (threadIdx.x == 0) red[0] = m;
+    }
+    __syncthreads();
+    const float s = __fdiv_rn(127.f, fmaxf(red[0], 1e-5f));
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = rintf(__fmul_rn(x[i], s));
+        q[i] = (int8_t)fminf(fmaxf(v, -128.f), 127.f);
+    }
+    if (threadIdx.x == 0) scale_out[0] = __fdiv_rn(1.f, s);
+}
+
+// matvec_i8: W2A8 (tq2) and W8A8 (q8) products with int8 activations q
+// (padded with zeros to whole blocks) and their scale xscale[0]; integer
+// sums with dp4a. tq2 codes are t+1, so sum(t*x) = dp4a(code, x) - sum(x).
+template <int FMT, int NT>
+__device__ void matvec_i8(const uint8_t* __restrict__ W, const __half* __restrict__ scales, float tscale,
+                          const int8_t* __restrict__ q, const float* __restrict__ xscale, float* __restrict__ y,
+                          int rows, int nb, int row_bytes, int gb, int ng) {
+    __shared__ float red[NT / 32][ROWS];
+    const int row0 = blockIdx.x * ROWS;
+    float acc[ROWS];
+    int iacc[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) acc[r] = 0.f, iacc[r] = 0;
+    for (int b = threadIdx.x; b < nb; b += NT) {
+        const uint4* qp = reinterpret_cast<const uint4*>(q + 32 * b);
+        uint4 q0 = __ldg(qp), q1 = __ldg(qp + 1);
+        int xw[8] = {(int)q0.x, (int)q0.y, (int)q0.z, (int)q0.w, (int)q1.x, (int)q1.y, (int)q1.z, (int)q1.w};
+        int xs = 0;
+        if (FMT == TQ2) {
+#pragma unroll
+            for (int k = 0; k < 8; k++) xs = __dp4a(0x01010101, xw[k], xs);
+        }
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            const int row = min(row0 + r, rows - 1);
+            const uint8_t* p = W + (size_t)row * row_bytes + (size_t)b * (FMT == Q8 ? 32 : 8);
+            if (FMT == TQ2) {
+                uint2 a = ld8(p);
+                uint32_t w[2] = {a.x, a.y};
+                int s = -xs;
+#pragma unroll
+                for (int k = 0; k < 2; k++)
+#pragma unroll
+                    for (int sh = 0; sh < 4; sh++) s = __dp4a((int)((w[k] >> (2 * sh)) & 0x03030303u), xw[2 * sh + k], s);
+                iacc[r] += s;
+            } else {
+                uint4 a = ld16(p), c = ld16(p + 16);
+                int w[8] = {(int)a.x, (int)a.y, (int)a.z, (int)a.w, (int)c.x, (int)c.y, (int)c.z, (int)c.w};
+                int s = 0;
+#pragma unroll
+                for (int k = 0; k < 8; k++) s = __dp4a(w[k], xw[k], s);
+                acc[r] += __half2float(scales[(size_t)row * ng + b / gb]) * (float)s;
+            }
+        }
+    }
+    if (FMT == TQ2)
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) acc[r] = (float)iacc[r];
+    block_reduce<NT>(acc, red);
+    if (threadIdx.x == 0)
+#pragma unroll
+        for (int r = 0; r < ROWS; r++)
+            if (row0 + r < rows) y[row0 + r] = FMT == TQ2 ? acc[r] * tscale * xscale[0] : acc[r] * xscale[0];
+}
+
+#define MATVEC_I8(name, FMT, NT)                                                                             \
+    extern "C" __global__ void __launch_bounds__(NT)                                                        \
+        name(const uint8_t* W, const __half* scales, float tscale, const int8_t* q, const float* xscale,   \
+             float* y, int rows, int nb, int row_bytes, int gb, int ng) {                                   \
+        matvec_i8<FMT, NT>(W, scales, tscale, q, xscale, y, rows, nb, row_bytes, gb, ng);                  \
+    }
+MATVEC_I8(matvec_tq2_i8_32, TQ2, 32)
+MATVEC_I8(matvec_tq2_i8_64, TQ2, 64)
+MATVEC_I8(matvec_tq2_i8_128, TQ2, 128)
+MATVEC_I8(matvec_q8_i8_32, Q8, 32)
+MATVEC_I8(matvec_q8_i8_64, Q8, 64)
+MATVEC_I8(matvec_q8_i8_128, Q8, 128)
+
+// binarize writes the sign bits of x (bit i of word i/32 set when
+// x[i] >= 0; zero past n) and per group the mean |x|. One warp per group,
+// grid = groups; gs is the group size (a multiple of 32).
+extern "C" __global__ void binarize(const float* __restrict__ x, int n, int gs, uint32_t* __restrict__ bits,
+                                    float* __restrict__ beta) {
+    const int g = blockIdx.x, lane = threadIdx.x;
+    float s = 0.f;
+    for (int i0 = g * gs; i0 < (g + 1) * gs; i0 += 32) {
+        int i = i0 + lane;
+        float v = i < n ? x[i] : -1.f;
+        uint32_t m = __ballot_sync(0xffffffffu, i < n && v >= 0.f);
+        if (lane == 0) bits[i0 / 32] = m;
+        if (i < n) s += fabsf(v);
+    }
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) beta[g] = s / (float)(min(n, (g + 1) * gs) - g * gs);
+}
+
+// matvec_q1_bin: q1 weights times binarized activations, XNOR and popcount:
+// per 32-weight block d*beta*(valid - 2*popc(w ^ x)).
+template <int NT>
+__device__ void matvec_q1_bin(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
+                              const uint32_t* __restrict__ xb, const float* __restrict__ beta,
+                              float* __restrict__ y, int rows, int cols, int nb, int row_bytes, int gb, int ng) {
+    __shared__ float red[NT / 32][ROWS];
+    const int row0 = blockIdx.x * ROWS;
+    float acc[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) acc[r] = 0.f;
+    for (int b = threadIdx.x; b < nb; b += NT) {
+        const uint32_t x = __ldg(xb + b);
+        const int g = b / gb;
+        const float bt = __ldg(beta + g);
+        const int valid = min(32, cols - 32 * b);
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            const int row = min(row0 + r, rows - 1);
+            uint32_t w = __ldg(reinterpret_cast<const uint32_t*>(W + (size_t)row * row_bytes) + b);
+            acc[r] += __half2float(scales[(size_t)row * ng + g]) * bt * (float)(valid - 2 * __popc(w ^ x));
+        }
+    }
+    block_reduce<NT>(acc, red);
+    if (threadIdx.x == 0)
+#pragma unroll
+        for (int r = 0; r < ROWS; r++)
+            if (row0 + r < rows) y[row0 + r] = acc[r];
+}
+
+#define MATVEC_BIN(NT)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(NT)                                                         \
+        matvec_q1_bin_##NT(const uint8_t* W, const __half* scales, const uint32_t* xb, const float* beta,    \
+                           float* y, int rows, int cols, int nb, int row_bytes, int gb, int ng) {           \
+        matvec_q1_bin<NT>(W, scales, xb, beta, y, rows, cols, nb, row_bytes, gb, ng);                       \
+    }
+MATVEC_BIN(32)
+MATVEC_BIN(64)
+MATVEC_BIN(128)

@@ -1,0 +1,337 @@
+package gpu
+
+import (
+	"fmt"
+
+	"lowbit/half"
+	"lowbit/quantize"
+)
+
+// Matrix is a weight matrix resident on the device, in one of the formats
+// of package quantize (float ones included).
+type Matrix struct {
+	Format          quantize.Format
+	Rows, Cols      int
+	GroupSize       int
+	rowBytes        int
+	data            Buffer
+	scales, mins    Buffer
+	scale           float32 // tq2's per-tensor scale
+	packed, scaleSz int64
+}
+
+// Bytes is what one pass over the matrix reads: packed codes plus scales
+// and minimums (the weight bytes of the roofline).
+func (m *Matrix) Bytes() int64 { return m.packed + m.scaleSz }
+
+// blocks is the number of 32-weight blocks per row.
+func (m *Matrix) blocks() int { return (m.Cols + 31) / 32 }
+
+// groupBlocks is the number of 32-weight blocks sharing a scale (1 for
+// formats without groups, which ignore it).
+func (m *Matrix) groupBlocks() int { return max(m.GroupSize/32, 1) }
+
+// groups is the number of scale groups per row.
+func (m *Matrix) groups() int {
+	if m.GroupSize <= 0 {
+		return 1
+	}
+	return (m.Cols + m.GroupSize - 1) / m.GroupSize
+}
+
+// Upload copies a quantized tensor to the device.
+func (d *Device) Upload(t *quantize.Tensor) (*Matrix, error) {
+	if err := t.Validate(); err != nil {
+		return nil, fmt.Errorf("gpu: upload: %w", err)
+	}
+	m := &Matrix{Format: t.Format, Rows: t.Rows, Cols: t.Cols, GroupSize: t.GroupSize,
+		rowBytes: t.RowBytes(), scale: t.Scale}
+	err := d.do(func() error { return d.uploadTensor(m, t) })
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (d *Device) uploadTensor(m *Matrix, t *quantize.Tensor) error {
+	var err error
+	if m.data, err = d.uploadNew(t.Data, 0, MemWeights); err != nil {
+		return fmt.Errorf("gpu: %s [%d, %d] codes: %w", t.Format, t.Rows, t.Cols, err)
+	}
+	m.packed = int64(len(t.Data))
+	if len(t.Scales) > 0 {
+		if m.scales, err = d.uploadNew(bytesOf(t.Scales), 0, MemWeights); err != nil {
+			d.freeMatrix(m)
+			return fmt.Errorf("gpu: %s [%d, %d] scales: %w", t.Format, t.Rows, t.Cols, err)
+		}
+		m.scaleSz += int64(2 * len(t.Scales))
+	}
+	if len(t.Mins) > 0 {
+		if m.mins, err = d.uploadNew(bytesOf(t.Mins), 0, MemWeights); err != nil {
+			d.freeMatrix(m)
+			return fmt.Errorf("gpu: %s [%d, %d] mins: %w", t.Format, t.Rows, t.Cols, err)
+		}
+		m.scaleSz += int64(2 * len(t.Mins))
+	}
+	return nil
+}
+
+// UploadFloat copies a float matrix [rows, cols] to the device as f32 or
+// f16 (format F32 or F16). Rows are padded with zeros to whole 32-weight
+// blocks so the kernels read them like the packed formats.
+func (d *Device) UploadFloat(format quantize.Format, w []float32, rows, cols int) (*Matrix, error) {
+	if rows <= 0 || cols <= 0 || len(w) != rows*cols {
+		return nil, fmt.Errorf("gpu: upload: %d values do not make a [%d, %d] matrix", len(w), rows, cols)
+	}
+	pc := (cols + 31) / 32 * 32
+	var buf []byte
+	switch format {
+	case quantize.F32:
+		p := make([]float32, rows*pc)
+		for r := 0; r < rows; r++ {
+			copy(p[r*pc:], w[r*cols:(r+1)*cols])
+		}
+		buf = bytesOf(p)
+	case quantize.F16:
+		p := make([]half.Float16, rows*pc)
+		for r := 0; r < rows; r++ {
+			for c, v := range w[r*cols : (r+1)*cols] {
+				p[r*pc+c] = half.FromFloat32(v)
+			}
+		}
+		buf = bytesOf(p)
+	default:
+		return nil, fmt.Errorf("gpu: upload: %q is not f32 or f16", format)
+	}
+	m := &Matrix{Format: format, Rows: rows, Cols: cols, rowBytes: len(buf) / rows, packed: int64(len(buf))}
+	err := d.do(func() (err error) {
+		m.data, err = d.uploadNew(buf, 0, MemWeights)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gpu: %s [%d, %d]: %w", format, rows, cols, err)
+	}
+	return m, nil
+}
+
+// FreeMatrix returns a matrix's memory to the pool.
+func (d *Device) FreeMatrix(m *Matrix) {
+	d.do(func() error { d.freeMatrix(m); return nil })
+}
+
+func (d *Device) freeMatrix(m *Matrix) {
+	for _, b := range []Buffer{m.data, m.scales, m.mins} {
+		if b.ptr != 0 {
+			d.pool.release(b)
+		}
+	}
+	m.data, m.scales, m.mins = Buffer{}, Buffer{}, Buffer{}
+}
+
+// threadsFor picks the block size of the matvec kernels: enough threads to
+// give each a 32-weight block of the row, 32 to 128.
+func threadsFor(nb int) int {
+	return 32 * min(max((nb+31)/32, 1), 4)
+}
+
+// matvec queues y = W x: x holds Cols floats padded with zeros to whole
+// 32-weight blocks, y Rows floats (device thread).
+func (d *Device) matvec(m *Matrix, x, y Buffer) error {
+	nt := threadsFor(m.blocks())
+	name := fmt.Sprintf("matvec_%s_%d", m.Format, nt)
+	return d.launch(name, grid1((m.Rows+3)/4), grid1(nt), 0,
+		argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argF32(m.scale), argBuf(x), argBuf(y),
+		argInt(m.Rows), argInt(m.blocks()), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()))
+}
+
+// quantizeI8 queues the int8 quantization of x[0..n) into q and its scale
+// into scale[0] (device thread).
+func (d *Device) quantizeI8(x Buffer, n int, q, scale Buffer) error {
+	return d.launch("quantize_i8", grid1(1), grid1(1024), 0, argBuf(x), argInt(n), argBuf(q), argBuf(scale))
+}
+
+// matvecI8 queues y = W q*scale for tq2 (W2A8) and q8 (W8A8) (device thread).
+func (d *Device) matvecI8(m *Matrix, q, scale, y Buffer) error {
+	if m.Format != quantize.TQ2 && m.Format != quantize.Q8 {
+		return fmt.Errorf("gpu: int8 activations need tq2 or q8 weights, not %s", m.Format)
+	}
+	nt := threadsFor(m.blocks())
+	name := fmt.Sprintf("matvec_%s_i8_%d", m.Format, nt)
+	return d.launch(name, grid1((m.Rows+3)/4), grid1(nt), 0,
+		argBuf(m.data), argBuf(m.scales), argF32(m.scale), argBuf(q), argBuf(scale), argBuf(y),
+		argInt(m.Rows), argInt(m.blocks()), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()))
+}
+
+// binarize queues the sign bits and group means of x[0..n) (device thread).
+func (d *Device) binarize(x Buffer, n, groupSize int, bits, beta Buffer) error {
+	ng := (n + groupSize - 1) / groupSize
+	return d.launch("binarize", grid1(ng), grid1(32), 0, argBuf(x), argInt(n), argInt(groupSize), argBuf(bits), argBuf(beta))
+}
+
+// matvecBinary queues y = W x for q1 weights and binarized x (device thread).
+func (d *Device) matvecBinary(m *Matrix, bits, beta, y Buffer) error {
+	if m.Format != quantize.Q1 {
+		return fmt.Errorf("gpu: binary activations need q1 weights, not %s", m.Format)
+	}
+	nt := threadsFor(m.blocks())
+	return d.launch(fmt.Sprintf("matvec_q1_bin_%d", nt), grid1((m.Rows+3)/4), grid1(nt), 0,
+		argBuf(m.data), argBuf(m.scales), argBuf(bits), argBuf(beta), argBuf(y),
+		argInt(m.Rows), argInt(m.Cols), argInt(m.blocks()), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()))
+}
+
+// matmul queues Y[n, Rows] = X[n, Cols] W^T (device thread).
+func (d *Device) matmul(m *Matrix, X, Y Buffer, n int) error {
+	return d.launch("matmul_"+string(m.Format), grid2((m.Rows+63)/64, (n+63)/64), grid1(256), 0,
+		argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argF32(m.scale), argBuf(X), argBuf(Y),
+		argInt(m.Rows), argInt(m.Cols), argInt(n), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()))
+}
+
+// Activation modes of a matrix-vector product.
+type Activations int
+
+// The activation modes: float activations for every format; int8 (absmax,
+// per vector) for tq2 and q8; binary signs with per-group means for q1.
+const (
+	ActFloat Activations = iota
+	ActInt8
+	ActBinary
+)
+
+// MatVec uploads t, computes y = W x with float activations and frees t
+// again: the one-call path `lowbit validate --kernels` checks against
+// quantize's float64 reference (DotRef).
+func (d *Device) MatVec(t *quantize.Tensor, x []float32) ([]float32, error) {
+	m, err := d.Upload(t)
+	if err != nil {
+		return nil, err
+	}
+	defer d.FreeMatrix(m)
+	return d.MatVecAct(m, x, ActFloat)
+}
+
+// MatMul uploads t, computes Y[n, Rows] = X[n, Cols] W^T and frees t again.
+func (d *Device) MatMul(t *quantize.Tensor, x []float32, n int) ([]float32, error) {
+	m, err := d.Upload(t)
+	if err != nil {
+		return nil, err
+	}
+	defer d.FreeMatrix(m)
+	return d.MatMulMatrix(m, x, n)
+}
+
+// MatVecAct computes y = W x for a resident matrix with the given
+// activation mode and copies y back; the references are quantize's DotRef
+// (ActFloat), DotInt8Ref (ActInt8) and DotBinaryRef (ActBinary).
+func (d *Device) MatVecAct(m *Matrix, x []float32, act Activations) ([]float32, error) {
+	if len(x) != m.Cols {
+		return nil, fmt.Errorf("gpu: matvec %s [%d, %d]: x has %d values", m.Format, m.Rows, m.Cols, len(x))
+	}
+	y := make([]float32, m.Rows)
+	err := d.do(func() error {
+		xb, err := d.uploadNew(bytesOf(x), int64(m.blocks()*32*4), MemScratch)
+		if err != nil {
+			return err
+		}
+		defer d.pool.release(xb)
+		yb, err := d.pool.alloc(d, int64(4*m.Rows), MemScratch)
+		if err != nil {
+			return err
+		}
+		defer d.pool.release(yb)
+		if err := d.memset(yb, 0xff); err != nil { // NaN: unwritten outputs show
+			return err
+		}
+		switch act {
+		case ActFloat:
+			err = d.matvec(m, xb, yb)
+		case ActInt8:
+			err = d.withInt8(m, xb, func(q, s Buffer) error { return d.matvecI8(m, q, s, yb) })
+		case ActBinary:
+			err = d.withBinary(m, xb, func(bits, beta Buffer) error { return d.matvecBinary(m, bits, beta, yb) })
+		default:
+			err = fmt.Errorf("gpu: unknown activation mode %d", act)
+		}
+		if err != nil {
+			return err
+		}
+		return d.dtoh(bytesOf(y), yb, 0)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gpu: matvec %s [%d, %d]: %w", m.Format, m.Rows, m.Cols, err)
+	}
+	return y, nil
+}
+
+// withInt8 quantizes x to int8 in temporary buffers and runs fn on them.
+func (d *Device) withInt8(m *Matrix, x Buffer, fn func(q, scale Buffer) error) error {
+	q, err := d.pool.alloc(d, int64(m.blocks()*32), MemScratch)
+	if err != nil {
+		return err
+	}
+	defer d.pool.release(q)
+	s, err := d.pool.alloc(d, 4, MemScratch)
+	if err != nil {
+		return err
+	}
+	defer d.pool.release(s)
+	if err := d.memset(q, 0); err != nil {
+		return err
+	}
+	if err := d.quantizeI8(x, m.Cols, q, s); err != nil {
+		return err
+	}
+	return fn(q, s)
+}
+
+// withBinary binarizes x in temporary buffers and runs fn on them.
+func (d *Device) withBinary(m *Matrix, x Buffer, fn func(bits, beta Buffer) error) error {
+	if m.Format != quantize.Q1 {
+		return fmt.Errorf("gpu: binary activations need q1 weights, not %s", m.Format)
+	}
+	bits, err := d.pool.alloc(d, int64(4*m.blocks()), MemScratch)
+	if err != nil {
+		return err
+	}
+	defer d.pool.release(bits)
+	beta, err := d.pool.alloc(d, int64(4*m.groups()), MemScratch)
+	if err != nil {
+		return err
+	}
+	defer d.pool.release(beta)
+	if err := d.binarize(x, m.Cols, m.GroupSize, bits, beta); err != nil {
+		return err
+	}
+	return fn(bits, beta)
+}
+
+// MatMulMatrix computes Y[n, Rows] = X[n, Cols] W^T for a resident matrix
+// (the prefill product, float activations) and copies Y back.
+func (d *Device) MatMulMatrix(m *Matrix, x []float32, n int) ([]float32, error) {
+	if n <= 0 || len(x) != n*m.Cols {
+		return nil, fmt.Errorf("gpu: matmul %s [%d, %d]: %d values are not %d rows of x", m.Format, m.Rows, m.Cols, len(x), n)
+	}
+	y := make([]float32, n*m.Rows)
+	err := d.do(func() error {
+		xb, err := d.uploadNew(bytesOf(x), 0, MemScratch)
+		if err != nil {
+			return err
+		}
+		defer d.pool.release(xb)
+		yb, err := d.pool.alloc(d, int64(4*len(y)), MemScratch)
+		if err != nil {
+			return err
+		}
+		defer d.pool.release(yb)
+		if err := d.memset(yb, 0xff); err != nil {
+			return err
+		}
+		if err := d.matmul(m, xb, yb, n); err != nil {
+			return err
+		}
+		return d.dtoh(bytesOf(y), yb, 0)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gpu: matmul %s [%d, %d] x %d: %w", m.Format, m.Rows, m.Cols, n, err)
+	}
+	return y, nil
+}

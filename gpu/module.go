@@ -1,0 +1,136 @@
+package gpu
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"unsafe"
+)
+
+// kernelFS holds the kernel sources and their PTX (built by `make kernels`).
+//
+//go:embed kernels
+var kernelFS embed.FS
+
+// ptxHashPrefix starts the first line of every PTX file: the sha256 of the
+// .cu it was compiled from, so a test can tell stale PTX.
+const ptxHashPrefix = "// lowbit-cu-sha256: "
+
+// ptxDirEnv names a directory whose PTX files replace the embedded ones
+// (used on the GPU machine before freshly built PTX is committed).
+const ptxDirEnv = "LOWBIT_PTX_DIR"
+
+// kernelFamilies lists the .cu files (without extension), sorted.
+func kernelFamilies() ([]string, error) {
+	ents, err := fs.ReadDir(kernelFS, "kernels")
+	if err != nil {
+		return nil, fmt.Errorf("gpu: embedded kernels: %w", err)
+	}
+	var out []string
+	for _, e := range ents {
+		if n, ok := strings.CutSuffix(e.Name(), ".cu"); ok {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// ptxArch is the PTX target used for a capability: sm_90 code for Hopper
+// and newer, sm_80 otherwise.
+func ptxArch(major int) string {
+	if major >= 9 {
+		return "sm90"
+	}
+	return "sm80"
+}
+
+// readPTX returns the PTX of family for arch, from $LOWBIT_PTX_DIR when set.
+func readPTX(family, arch string) ([]byte, error) {
+	name := family + "." + arch + ".ptx"
+	if dir := os.Getenv(ptxDirEnv); dir != "" {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, fmt.Errorf("gpu: %s=%s: %w", ptxDirEnv, dir, err)
+		}
+		return b, nil
+	}
+	b, err := kernelFS.ReadFile("kernels/" + name)
+	if err != nil {
+		return nil, fmt.Errorf("gpu: kernels/%s is not embedded (run `make kernels` on a machine with nvcc): %w", name, err)
+	}
+	return b, nil
+}
+
+// parsePTXHash reads the source hash from a PTX file's first line.
+func parsePTXHash(ptx []byte) (string, error) {
+	line, _, _ := bufio.NewReader(bytes.NewReader(ptx)).ReadLine()
+	h, ok := strings.CutPrefix(string(line), ptxHashPrefix)
+	if !ok {
+		return "", fmt.Errorf("first line %q does not start with %q", truncate(string(line), 80), ptxHashPrefix)
+	}
+	h = strings.TrimSpace(h)
+	if b, err := hex.DecodeString(h); err != nil || len(b) != sha256.Size {
+		return "", fmt.Errorf("source hash %q is not a sha256", truncate(h, 80))
+	}
+	return h, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// sourceHash is the sha256 of a kernel source, as the Makefile writes it.
+func sourceHash(src []byte) string {
+	h := sha256.Sum256(src)
+	return hex.EncodeToString(h[:])
+}
+
+// loadModules loads the PTX of every kernel family (device thread).
+func (d *Device) loadModules() error {
+	fams, err := kernelFamilies()
+	if err != nil {
+		return err
+	}
+	arch := ptxArch(d.major)
+	for _, f := range fams {
+		ptx, err := readPTX(f, arch)
+		if err != nil {
+			return err
+		}
+		img := append(ptx[:len(ptx):len(ptx)], 0)
+		var mod uintptr
+		if err := d.drv.check(d.drv.call(fnModuleLoadData, uintptr(unsafe.Pointer(&mod)), uintptr(unsafe.Pointer(&img[0]))), "cuModuleLoadData "+f+"."+arch+".ptx"); err != nil {
+			return err
+		}
+		d.mods = append(d.mods, mod)
+	}
+	return nil
+}
+
+// function finds a kernel by name in the loaded modules (device thread).
+func (d *Device) function(name string) (uintptr, error) {
+	if f, ok := d.funcs[name]; ok {
+		return f, nil
+	}
+	cname := append([]byte(name), 0)
+	for _, m := range d.mods {
+		var f uintptr
+		if d.drv.call(fnModuleGetFunction, uintptr(unsafe.Pointer(&f)), m, uintptr(unsafe.Pointer(&cname[0]))) == cuSuccess {
+			d.funcs[name] = f
+			return f, nil
+		}
+	}
+	return 0, fmt.Errorf("gpu: kernel %q is in no loaded module", name)
+}
