@@ -60,14 +60,25 @@ func BenchmarkMatVec(b *testing.B) {
 		name string
 		f    quantize.Format
 		act  Activations
+		nt   int // fixed block size of the fast kernel (0: the default choice)
 	}
 	variants := []variant{
-		{"f16", quantize.F16, ActFloat}, {"q8", quantize.Q8, ActFloat}, {"q8-a8", quantize.Q8, ActInt8},
-		{"q4", quantize.Q4, ActFloat}, {"q2", quantize.Q2, ActFloat}, {"q1", quantize.Q1, ActFloat},
-		{"q1-bin", quantize.Q1, ActBinary}, {"tq2", quantize.TQ2, ActFloat}, {"tq2-a8", quantize.TQ2, ActInt8},
+		{"f16", quantize.F16, ActFloat, 0}, {"q8", quantize.Q8, ActFloat, 0}, {"q8-a8", quantize.Q8, ActInt8, 0},
+		{"q4", quantize.Q4, ActFloat, 0}, {"q2", quantize.Q2, ActFloat, 0}, {"q1", quantize.Q1, ActFloat, 0},
+		{"q1-bin", quantize.Q1, ActBinary, 0}, {"tq2", quantize.TQ2, ActFloat, 0}, {"tq2-a8", quantize.TQ2, ActInt8, 0},
+	}
+	sweep := []variant{}
+	for _, f := range []quantize.Format{quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1} {
+		for _, nt := range []int{32, 64, 128} {
+			sweep = append(sweep, variant{fmt.Sprintf("%s-nt%d", f, nt), f, ActFloat, nt})
+		}
 	}
 	for _, sh := range benchShapes {
-		for _, v := range variants {
+		vs := variants
+		if sh.rows == sh.cols || sh.rows == 11008 || sh.cols == 5632 {
+			vs = append(vs[:len(vs):len(vs)], sweep...)
+		}
+		for _, v := range vs {
 			b.Run(fmt.Sprintf("%s-%dx%d/%s", sh.model, sh.rows, sh.cols, v.name), func(b *testing.B) {
 				var m0 *Matrix
 				if v.f == quantize.F16 {
@@ -129,6 +140,8 @@ func BenchmarkMatVec(b *testing.B) {
 						return err
 					}
 					defer d.pool.release(y)
+					d.matvecThreads = v.nt
+					defer func() { d.matvecThreads = 0 }()
 					run := func() error {
 						for _, m := range ms {
 							if err := d.product(m, v.act, x, y); err != nil {

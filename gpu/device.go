@@ -49,6 +49,10 @@ type Device struct {
 	quit  chan struct{}
 	once  sync.Once
 
+	// matvecThreads, when non-zero, fixes the block size of the fast
+	// matvec kernels (32, 64 or 128): benchmarks sweep it.
+	matvecThreads int
+
 	// Launch parameter slots, reused by every launch (device thread only).
 	argv [maxParams]uint64
 	argp [maxParams]uintptr

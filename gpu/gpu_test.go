@@ -255,6 +255,17 @@ func TestMatVec(t *testing.T) {
 				if e := relL2(ref, y); e > 2e-5 {
 					t.Errorf("float activations: relative L2 %.3g", e)
 				}
+				for _, nt := range []int{32, 128} { // every block size of the fast kernel
+					d.do(func() error { d.matvecThreads = nt; return nil })
+					y, err := d.MatVecAct(m, x, ActFloat)
+					d.do(func() error { d.matvecThreads = 0; return nil })
+					if err != nil {
+						t.Fatal(err)
+					}
+					if e := relL2(ref, y); e > 2e-5 {
+						t.Errorf("float activations, %d threads: relative L2 %.3g", nt, e)
+					}
+				}
 				// int8 and binary activations where the format has them.
 				var refA []float64
 				var act Activations

@@ -134,14 +134,42 @@ func threadsFor(nb int) int {
 	return 32 * min(max((nb+31)/32, 1), 4)
 }
 
+// chunkBlocks is the number of 32-weight blocks in 16 bytes of a row (one
+// for the formats whose block is 16 bytes or more).
+func chunkBlocks(f quantize.Format) int {
+	switch f {
+	case quantize.Q2, quantize.TQ2:
+		return 2
+	case quantize.Q1:
+		return 4
+	}
+	return 1
+}
+
 // matvec queues y = W x: x holds Cols floats padded with zeros to whole
-// 32-weight blocks, y Rows floats (device thread).
+// 32-weight blocks, y Rows floats (device thread). Rows that are 16-byte
+// aligned and hold whole chunks take the fast kernel (16-byte loads, the
+// next chunk loaded ahead); others the plain one.
 func (d *Device) matvec(m *Matrix, x, y Buffer) error {
-	nt := threadsFor(m.blocks())
+	nb := m.blocks()
+	nt := threadsFor(nb)
 	name := fmt.Sprintf("matvec_%s_%d", m.Format, nt)
+	if cb := chunkBlocks(m.Format); m.rowBytes%16 == 0 && nb%cb == 0 {
+		nch := nb / cb
+		nt = 32 // per the block-size sweep on the H100 (README.md)
+		if nch >= 176 {
+			nt = 128
+		} else if nch >= 64 {
+			nt = 64
+		}
+		if d.matvecThreads != 0 {
+			nt = d.matvecThreads
+		}
+		name = fmt.Sprintf("matvec_%s_%df", m.Format, nt)
+	}
 	return d.launch(name, grid1((m.Rows+3)/4), grid1(nt), 0,
 		argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argF32(m.scale), argBuf(x), argBuf(y),
-		argInt(m.Rows), argInt(m.blocks()), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()))
+		argInt(m.Rows), argInt(nb), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()))
 }
 
 // quantizeI8 queues the int8 quantization of x[0..n) into q and its scale

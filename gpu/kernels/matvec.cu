@@ -29,18 +29,15 @@ __device__ __forceinline__ float dot4(uint32_t u, float off, const float* x) {
     return (ub(u, 0) - off) * x[0] + (ub(u, 1) - off) * x[1] + (ub(u, 2) - off) * x[2] + (ub(u, 3) - off) * x[3];
 }
 
-// Dot of one 32-weight block's codes with x[0..31] (without scale and min).
+// Dot of one 32-weight block's codes with x[0..31] (without scale and
+// min), from the block's bytes already in registers as 32-bit words.
 template <int FMT>
-__device__ __forceinline__ float block_dot(const uint8_t* p, const float* x) {
+__device__ __forceinline__ float block_dot_w(const uint32_t* w, const float* x) {
     float s = 0.f;
     if (FMT == Q8) {
-        uint4 a = ld16(p), b = ld16(p + 16);
-        uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
         for (int k = 0; k < 8; k++) s += dot4(w[k] ^ 0x80808080u, 8388736.f, x + 4 * k);
     } else if (FMT == Q4) {
-        uint4 a = ld16(p);
-        uint32_t w[4] = {a.x, a.y, a.z, a.w};
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             s += dot4(w[k] & 0x0F0F0F0Fu, 8388608.f, x + 4 * k);
@@ -48,36 +45,43 @@ __device__ __forceinline__ float block_dot(const uint8_t* p, const float* x) {
         }
     } else if (FMT == Q2 || FMT == TQ2) {
         const float off = FMT == Q2 ? 8388608.f : 8388609.f;
-        uint2 a = ld8(p);
-        uint32_t w[2] = {a.x, a.y};
 #pragma unroll
         for (int k = 0; k < 2; k++)
 #pragma unroll
             for (int sh = 0; sh < 4; sh++) s += dot4((w[k] >> (2 * sh)) & 0x03030303u, off, x + 8 * sh + 4 * k);
     } else if (FMT == Q1) {
-        uint32_t w = __ldg(reinterpret_cast<const uint32_t*>(p));
 #pragma unroll
-        for (int i = 0; i < 32; i++) s += __int_as_float(__float_as_int(x[i]) ^ ((~w >> i) << 31));
+        for (int i = 0; i < 32; i++) s += __int_as_float(__float_as_int(x[i]) ^ ((~w[0] >> i) << 31));
     } else if (FMT == F32) {
-        const float4* q = reinterpret_cast<const float4*>(p);
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            float4 v = __ldg(q + k);
-            s += v.x * x[4 * k] + v.y * x[4 * k + 1] + v.z * x[4 * k + 2] + v.w * x[4 * k + 3];
-        }
+        for (int i = 0; i < 32; i++) s += __int_as_float(w[i]) * x[i];
     } else if (FMT == F16) {
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            uint4 v = ld16(p + 16 * k);
-            uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                float2 f = __half22float2(*reinterpret_cast<__half2*>(&w[j]));
-                s += f.x * x[8 * k + 2 * j] + f.y * x[8 * k + 2 * j + 1];
-            }
+        for (int j = 0; j < 16; j++) {
+            float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[j]));
+            s += f.x * x[2 * j] + f.y * x[2 * j + 1];
         }
     }
     return s;
+}
+
+// Dot of one 32-weight block at p (loaded here) with x[0..31].
+template <int FMT>
+__device__ __forceinline__ float block_dot(const uint8_t* p, const float* x) {
+    uint32_t w[FMT == F32 ? 32 : FMT == F16 ? 16 : FMT == Q8 ? 8 : FMT == Q4 ? 4 : FMT == Q1 ? 1 : 2];
+    if (FMT == Q1) {
+        w[0] = __ldg(reinterpret_cast<const uint32_t*>(p));
+    } else if (FMT == Q2 || FMT == TQ2) {
+        uint2 a = ld8(p);
+        w[0] = a.x, w[1] = a.y;
+    } else {
+#pragma unroll
+        for (int k = 0; k < (int)(sizeof(w) / 16); k++) {
+            uint4 a = ld16(p + 16 * k);
+            w[4 * k] = a.x, w[4 * k + 1] = a.y, w[4 * k + 2] = a.z, w[4 * k + 3] = a.w;
+        }
+    }
+    return block_dot_w<FMT>(w, x);
 }
 
 // Bytes of one 32-weight block.
@@ -152,12 +156,128 @@ __device__ void matvec(const uint8_t* __restrict__ W, const __half* __restrict__
             if (row0 + r < rows) y[row0 + r] = FMT == TQ2 ? acc[r] * tscale : acc[r];
 }
 
+// load_x reads the 32 floats of x block b.
+__device__ __forceinline__ void load_x(const float* __restrict__ x, int b, float (&xv)[32]) {
+    const float4* xp = reinterpret_cast<const float4*>(x + 32 * b);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        float4 v = __ldg(xp + k);
+        xv[4 * k] = v.x, xv[4 * k + 1] = v.y, xv[4 * k + 2] = v.z, xv[4 * k + 3] = v.w;
+    }
+}
+
+// Chunk geometry of the fast kernel: a thread reads CHUNK_U4 16-byte words
+// of each of its ROWS rows at once, which hold CHUNK_BLOCKS 32-weight blocks.
+template <int FMT>
+__device__ constexpr int chunk_blocks() { return FMT == Q2 || FMT == TQ2 ? 2 : FMT == Q1 ? 4 : 1; }
+template <int FMT>
+__device__ constexpr int chunk_u4() { return FMT == F32 ? 8 : FMT == F16 ? 4 : FMT == Q8 ? 2 : 1; }
+
+template <int FMT>
+__device__ __forceinline__ void load_chunk(const uint8_t* p, uint32_t* w) {
+#pragma unroll
+    for (int k = 0; k < chunk_u4<FMT>(); k++) {
+        uint4 a = ld16(p + 16 * k);
+        w[4 * k] = a.x, w[4 * k + 1] = a.y, w[4 * k + 2] = a.z, w[4 * k + 3] = a.w;
+    }
+}
+
+// matvecf is matvec for rows that are 16-byte aligned and hold whole
+// chunks: every load is 16 bytes, and the next chunk's weights are loaded
+// before the current one is used, so each thread keeps 2*ROWS 16-byte
+// loads in flight (one buffer for the wide float formats).
+template <int FMT, int NT>
+__device__ void matvecf(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
+                        const __half* __restrict__ mins, float tscale, const float* __restrict__ x,
+                        float* __restrict__ y, int rows, int nb, int row_bytes, int gb, int ng) {
+    constexpr int CB = chunk_blocks<FMT>(), U = chunk_u4<FMT>(), BW = 4 * U / CB;
+    constexpr bool PF = U <= 2;
+    __shared__ float red[NT / 32][ROWS];
+    const int row0 = blockIdx.x * ROWS;
+    const int nch = nb / CB;
+    const uint8_t* wp[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) wp[r] = W + (size_t)min(row0 + r, rows - 1) * row_bytes;
+    float acc[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) acc[r] = 0.f;
+    // Scales and minimums travel with the weights: loaded a chunk ahead too,
+    // so no load waits on memory in the loop body.
+    constexpr bool SC = FMT == Q8 || FMT == Q4 || FMT == Q2 || FMT == Q1;
+    constexpr bool MN = FMT == Q4 || FMT == Q2;
+    uint32_t nxt[ROWS][4 * U];
+    __half nsc[ROWS][CB], nmn[ROWS][CB];
+    auto load_all = [&](int cc, uint32_t (&w)[ROWS][4 * U], __half (&sc)[ROWS][CB], __half (&mn)[ROWS][CB]) {
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            load_chunk<FMT>(wp[r] + (size_t)cc * 16 * U, w[r]);
+            const size_t base = (size_t)min(row0 + r, rows - 1) * ng;
+#pragma unroll
+            for (int k = 0; k < CB; k++) {
+                const int g = (cc * CB + k) / gb;
+                if (SC) sc[r][k] = scales[base + g];
+                if (MN) mn[r][k] = mins[base + g];
+            }
+        }
+    };
+    int c = threadIdx.x;
+    if (PF && c < nch) load_all(c, nxt, nsc, nmn);
+    for (; c < nch; c += NT) {
+        uint32_t cur[ROWS][4 * U];
+        __half csc[ROWS][CB], cmn[ROWS][CB];
+        if (PF) {
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) {
+#pragma unroll
+                for (int i = 0; i < 4 * U; i++) cur[r][i] = nxt[r][i];
+#pragma unroll
+                for (int k = 0; k < CB; k++) csc[r][k] = nsc[r][k], cmn[r][k] = nmn[r][k];
+            }
+            if (c + NT < nch) load_all(c + NT, nxt, nsc, nmn);
+        } else {
+            load_all(c, cur, csc, cmn);
+        }
+#pragma unroll
+        for (int k = 0; k < CB; k++) {
+            const int b = c * CB + k;
+            float xv[32];
+            load_x(x, b, xv);
+            float xs = 0.f;
+            if (FMT == Q4 || FMT == Q2) {
+#pragma unroll
+                for (int i = 0; i < 32; i++) xs += xv[i];
+            }
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) {
+                float s = block_dot_w<FMT>(&cur[r][k * BW], xv);
+                if (FMT == Q8 || FMT == Q1) {
+                    s *= __half2float(csc[r][k]);
+                } else if (FMT == Q4 || FMT == Q2) {
+                    s = __half2float(csc[r][k]) * s + __half2float(cmn[r][k]) * xs;
+                }
+                acc[r] += s;
+            }
+        }
+    }
+    block_reduce<NT>(acc, red);
+    if (threadIdx.x == 0)
+#pragma unroll
+        for (int r = 0; r < ROWS; r++)
+            if (row0 + r < rows) y[row0 + r] = FMT == TQ2 ? acc[r] * tscale : acc[r];
+}
+
 #define MATVEC(name, FMT, NT)                                                                                  \
     extern "C" __global__ void __launch_bounds__(NT) name(const uint8_t* W, const __half* scales,             \
                                                           const __half* mins, float tscale, const float* x,   \
                                                           float* y, int rows, int nb, int row_bytes, int gb, \
                                                           int ng) {                                          \
         matvec<FMT, NT>(W, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng);                        \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(NT) name##f(const uint8_t* W, const __half* scales,         \
+                                                             const __half* mins, float tscale, const float* x, \
+                                                             float* y, int rows, int nb, int row_bytes, int gb, \
+                                                             int ng) {                                        \
+        matvecf<FMT, NT>(W, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng);                       \
     }
 #define MATVEC_ALL(fmt, FMT) \
     MATVEC(matvec_##fmt##_32, FMT, 32) MATVEC(matvec_##fmt##_64, FMT, 64) MATVEC(matvec_##fmt##_128, FMT, 128)
