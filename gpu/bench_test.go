@@ -57,10 +57,10 @@ func BenchmarkMatVec(b *testing.B) {
 	b.Logf("%s: device-to-device copy %.0f GB/s (bytes read + written)", d, copyBW/1e9)
 	r := rand.New(rand.NewPCG(7, 8))
 	type variant struct {
-		name string
-		f    quantize.Format
-		act  Activations
-		nt   int // fixed block size of the fast kernel (0: the default choice)
+		name  string
+		f     quantize.Format
+		act   Activations
+		perSM int // fixed grid of the fast kernel, in blocks per SM (0: the default choice)
 	}
 	variants := []variant{
 		{"f16", quantize.F16, ActFloat, 0}, {"q8", quantize.Q8, ActFloat, 0}, {"q8-a8", quantize.Q8, ActInt8, 0},
@@ -69,8 +69,8 @@ func BenchmarkMatVec(b *testing.B) {
 	}
 	sweep := []variant{}
 	for _, f := range []quantize.Format{quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1} {
-		for _, nt := range []int{32, 64, 128} {
-			sweep = append(sweep, variant{fmt.Sprintf("%s-nt%d", f, nt), f, ActFloat, nt})
+		for _, k := range []int{1, 2, 4, 8} {
+			sweep = append(sweep, variant{fmt.Sprintf("%s-grid%dxSM", f, k), f, ActFloat, k})
 		}
 	}
 	for _, sh := range benchShapes {
@@ -140,8 +140,8 @@ func BenchmarkMatVec(b *testing.B) {
 						return err
 					}
 					defer d.pool.release(y)
-					d.matvecThreads = v.nt
-					defer func() { d.matvecThreads = 0 }()
+					d.matvecGrid = v.perSM * d.sms
+					defer func() { d.matvecGrid = 0 }()
 					run := func() error {
 						for _, m := range ms {
 							if err := d.product(m, v.act, x, y); err != nil {

@@ -49,9 +49,12 @@ type Device struct {
 	quit  chan struct{}
 	once  sync.Once
 
-	// matvecThreads, when non-zero, fixes the block size of the fast
-	// matvec kernels (32, 64 or 128): benchmarks sweep it.
-	matvecThreads int
+	// matvecGrid, when non-zero, fixes the grid of the fast matvec kernels
+	// (tests force a block to loop over several row groups; benchmarks
+	// sweep it).
+	matvecGrid int
+	// sharedSet records the dynamic shared memory each kernel may use.
+	sharedSet map[string]int
 
 	// Launch parameter slots, reused by every launch (device thread only).
 	argv [maxParams]uint64
@@ -69,7 +72,7 @@ func Open(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, ordinal: ordinal, funcs: map[string]uintptr{},
+	d := &Device{drv: drv, ordinal: ordinal, funcs: map[string]uintptr{}, sharedSet: map[string]int{},
 		calls: make(chan func()), quit: make(chan struct{})}
 	started := make(chan error, 1)
 	go d.loop(started)

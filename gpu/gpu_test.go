@@ -202,7 +202,7 @@ func relL2(ref []float64, got []float32) float64 {
 }
 
 var testShapes = []struct{ rows, cols, group int }{
-	{1, 32, 32}, {7, 100, 32}, {64, 256, 64}, {130, 2048, 32}, {33, 5632, 128}, {300, 4096, 32},
+	{1, 32, 32}, {7, 100, 32}, {64, 256, 64}, {130, 2048, 32}, {33, 5632, 128}, {300, 4096, 32}, {20, 16384, 64},
 }
 
 func TestMatVec(t *testing.T) {
@@ -255,15 +255,15 @@ func TestMatVec(t *testing.T) {
 				if e := relL2(ref, y); e > 2e-5 {
 					t.Errorf("float activations: relative L2 %.3g", e)
 				}
-				for _, nt := range []int{32, 128} { // every block size of the fast kernel
-					d.do(func() error { d.matvecThreads = nt; return nil })
+				for _, grid := range []int{1, 3} { // blocks of the fast kernel looping over row groups
+					d.do(func() error { d.matvecGrid = grid; return nil })
 					y, err := d.MatVecAct(m, x, ActFloat)
-					d.do(func() error { d.matvecThreads = 0; return nil })
+					d.do(func() error { d.matvecGrid = 0; return nil })
 					if err != nil {
 						t.Fatal(err)
 					}
 					if e := relL2(ref, y); e > 2e-5 {
-						t.Errorf("float activations, %d threads: relative L2 %.3g", nt, e)
+						t.Errorf("float activations, grid %d: relative L2 %.3g", grid, e)
 					}
 				}
 				// int8 and binary activations where the format has them.

@@ -148,28 +148,32 @@ func chunkBlocks(f quantize.Format) int {
 
 // matvec queues y = W x: x holds Cols floats padded with zeros to whole
 // 32-weight blocks, y Rows floats (device thread). Rows that are 16-byte
-// aligned and hold whole chunks take the fast kernel (16-byte loads, the
-// next chunk loaded ahead); others the plain one.
+// aligned and hold whole chunks take the fast kernel (x staged in shared
+// memory, a persistent grid, 16-byte loads of weights a chunk ahead);
+// others the plain one.
 func (d *Device) matvec(m *Matrix, x, y Buffer) error {
 	nb := m.blocks()
-	nt := threadsFor(nb)
-	name := fmt.Sprintf("matvec_%s_%d", m.Format, nt)
-	if cb := chunkBlocks(m.Format); m.rowBytes%16 == 0 && nb%cb == 0 {
-		nch := nb / cb
-		nt = 32 // per the block-size sweep on the H100 (README.md)
-		if nch >= 176 {
-			nt = 128
-		} else if nch >= 64 {
-			nt = 64
+	args := []uint64{argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argF32(m.scale), argBuf(x), argBuf(y),
+		argInt(m.Rows), argInt(nb), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups())}
+	shared := nb * 32 * 4
+	if cb := chunkBlocks(m.Format); m.rowBytes%16 == 0 && nb%cb == 0 && shared <= d.maxShared {
+		name := "matvec_" + string(m.Format) + "_s"
+		if shared > 48<<10 && d.sharedSet[name] < shared {
+			if err := d.setMaxShared(name, shared); err != nil {
+				return err
+			}
+			d.sharedSet[name] = shared
 		}
-		if d.matvecThreads != 0 {
-			nt = d.matvecThreads
+		groups := (m.Rows + 15) / 16 // 4 warps of 4 rows
+		grid := d.matvecGrid
+		if grid == 0 {
+			waves := (groups + 4*d.sms - 1) / (4 * d.sms) // 4 blocks of 128 threads per SM
+			grid = (groups + waves - 1) / waves
 		}
-		name = fmt.Sprintf("matvec_%s_%df", m.Format, nt)
+		return d.launch(name, grid1(min(grid, groups)), grid1(128), shared, args...)
 	}
-	return d.launch(name, grid1((m.Rows+3)/4), grid1(nt), 0,
-		argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argF32(m.scale), argBuf(x), argBuf(y),
-		argInt(m.Rows), argInt(nb), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()))
+	nt := threadsFor(nb)
+	return d.launch(fmt.Sprintf("matvec_%s_%d", m.Format, nt), grid1((m.Rows+3)/4), grid1(nt), 0, args...)
 }
 
 // quantizeI8 queues the int8 quantization of x[0..n) into q and its scale

@@ -182,88 +182,115 @@ __device__ __forceinline__ void load_chunk(const uint8_t* p, uint32_t* w) {
     }
 }
 
-// matvecf is matvec for rows that are 16-byte aligned and hold whole
-// chunks: every load is 16 bytes, and the next chunk's weights are loaded
-// before the current one is used, so each thread keeps 2*ROWS 16-byte
-// loads in flight (one buffer for the wide float formats).
-template <int FMT, int NT>
-__device__ void matvecf(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
+// matvecs is matvec for rows that are 16-byte aligned and hold whole
+// chunks. x is staged once per block of the grid into shared memory, laid
+// out so that the 32 lanes of a warp, each on its own chunk, read
+// consecutive 16-byte words (no bank conflicts, and no strided global
+// loads); the grid is persistent, each of its blocks looping over groups
+// of 4*SROWS rows, so x is staged once per block rather than once per
+// rows. Each warp owns SROWS rows over their whole length and reduces with
+// shuffles alone; every lane loads the next chunk of its rows (and their
+// scales) before it uses the current one.
+#define SROWS 4
+#define SWARPS 4
+
+template <int FMT>
+__device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
                         const __half* __restrict__ mins, float tscale, const float* __restrict__ x,
                         float* __restrict__ y, int rows, int nb, int row_bytes, int gb, int ng) {
     constexpr int CB = chunk_blocks<FMT>(), U = chunk_u4<FMT>(), BW = 4 * U / CB;
     constexpr bool PF = U <= 2;
-    __shared__ float red[NT / 32][ROWS];
-    const int row0 = blockIdx.x * ROWS;
-    const int nch = nb / CB;
-    const uint8_t* wp[ROWS];
-#pragma unroll
-    for (int r = 0; r < ROWS; r++) wp[r] = W + (size_t)min(row0 + r, rows - 1) * row_bytes;
-    float acc[ROWS];
-#pragma unroll
-    for (int r = 0; r < ROWS; r++) acc[r] = 0.f;
-    // Scales and minimums travel with the weights: loaded a chunk ahead too,
-    // so no load waits on memory in the loop body.
     constexpr bool SC = FMT == Q8 || FMT == Q4 || FMT == Q2 || FMT == Q1;
     constexpr bool MN = FMT == Q4 || FMT == Q2;
-    uint32_t nxt[ROWS][4 * U];
-    __half nsc[ROWS][CB], nmn[ROWS][CB];
-    auto load_all = [&](int cc, uint32_t (&w)[ROWS][4 * U], __half (&sc)[ROWS][CB], __half (&mn)[ROWS][CB]) {
+    extern __shared__ float4 xsh[];
+    const int nch = nb / CB;
+    // float4 k of block b lives at xsh[k*nb + (b%CB)*nch + b/CB].
+    for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
+        const int b = i >> 3, k = i & 7;
+        xsh[k * nb + (b % CB) * nch + b / CB] = __ldg(reinterpret_cast<const float4*>(x) + i);
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int groups = (rows + SROWS * SWARPS - 1) / (SROWS * SWARPS);
+    for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+        const int row0 = grp * SROWS * SWARPS + warp * SROWS;
+        if (row0 >= rows) continue;
+        const uint8_t* wp[SROWS];
+        size_t sb[SROWS];
 #pragma unroll
-        for (int r = 0; r < ROWS; r++) {
-            load_chunk<FMT>(wp[r] + (size_t)cc * 16 * U, w[r]);
-            const size_t base = (size_t)min(row0 + r, rows - 1) * ng;
+        for (int r = 0; r < SROWS; r++) {
+            const int row = min(row0 + r, rows - 1);
+            wp[r] = W + (size_t)row * row_bytes;
+            sb[r] = (size_t)row * ng;
+        }
+        uint32_t nxt[SROWS][4 * U];
+        __half nsc[SROWS][CB], nmn[SROWS][CB];
+        auto load_all = [&](int cc, uint32_t (&w)[SROWS][4 * U], __half (&sc)[SROWS][CB], __half (&mn)[SROWS][CB]) {
+#pragma unroll
+            for (int r = 0; r < SROWS; r++) {
+                load_chunk<FMT>(wp[r] + (size_t)cc * 16 * U, w[r]);
+#pragma unroll
+                for (int k = 0; k < CB; k++) {
+                    const int g = (cc * CB + k) / gb;
+                    if (SC) sc[r][k] = scales[sb[r] + g];
+                    if (MN) mn[r][k] = mins[sb[r] + g];
+                }
+            }
+        };
+        float acc[SROWS];
+#pragma unroll
+        for (int r = 0; r < SROWS; r++) acc[r] = 0.f;
+        int c = lane;
+        if (PF && c < nch) load_all(c, nxt, nsc, nmn);
+        for (; c < nch; c += 32) {
+            uint32_t cur[SROWS][4 * U];
+            __half csc[SROWS][CB], cmn[SROWS][CB];
+            if (PF) {
+#pragma unroll
+                for (int r = 0; r < SROWS; r++) {
+#pragma unroll
+                    for (int i = 0; i < 4 * U; i++) cur[r][i] = nxt[r][i];
+#pragma unroll
+                    for (int k = 0; k < CB; k++) csc[r][k] = nsc[r][k], cmn[r][k] = nmn[r][k];
+                }
+                if (c + 32 < nch) load_all(c + 32, nxt, nsc, nmn);
+            } else {
+                load_all(c, cur, csc, cmn);
+            }
 #pragma unroll
             for (int k = 0; k < CB; k++) {
-                const int g = (cc * CB + k) / gb;
-                if (SC) sc[r][k] = scales[base + g];
-                if (MN) mn[r][k] = mins[base + g];
-            }
-        }
-    };
-    int c = threadIdx.x;
-    if (PF && c < nch) load_all(c, nxt, nsc, nmn);
-    for (; c < nch; c += NT) {
-        uint32_t cur[ROWS][4 * U];
-        __half csc[ROWS][CB], cmn[ROWS][CB];
-        if (PF) {
+                float xv[32];
 #pragma unroll
-            for (int r = 0; r < ROWS; r++) {
-#pragma unroll
-                for (int i = 0; i < 4 * U; i++) cur[r][i] = nxt[r][i];
-#pragma unroll
-                for (int k = 0; k < CB; k++) csc[r][k] = nsc[r][k], cmn[r][k] = nmn[r][k];
-            }
-            if (c + NT < nch) load_all(c + NT, nxt, nsc, nmn);
-        } else {
-            load_all(c, cur, csc, cmn);
-        }
-#pragma unroll
-        for (int k = 0; k < CB; k++) {
-            const int b = c * CB + k;
-            float xv[32];
-            load_x(x, b, xv);
-            float xs = 0.f;
-            if (FMT == Q4 || FMT == Q2) {
-#pragma unroll
-                for (int i = 0; i < 32; i++) xs += xv[i];
-            }
-#pragma unroll
-            for (int r = 0; r < ROWS; r++) {
-                float s = block_dot_w<FMT>(&cur[r][k * BW], xv);
-                if (FMT == Q8 || FMT == Q1) {
-                    s *= __half2float(csc[r][k]);
-                } else if (FMT == Q4 || FMT == Q2) {
-                    s = __half2float(csc[r][k]) * s + __half2float(cmn[r][k]) * xs;
+                for (int q = 0; q < 8; q++) {
+                    float4 v = xsh[q * nb + k * nch + c];
+                    xv[4 * q] = v.x, xv[4 * q + 1] = v.y, xv[4 * q + 2] = v.z, xv[4 * q + 3] = v.w;
                 }
-                acc[r] += s;
+                float xs = 0.f;
+                if (MN) {
+#pragma unroll
+                    for (int i = 0; i < 32; i++) xs += xv[i];
+                }
+#pragma unroll
+                for (int r = 0; r < SROWS; r++) {
+                    float s = block_dot_w<FMT>(&cur[r][k * BW], xv);
+                    if (FMT == Q8 || FMT == Q1) {
+                        s *= __half2float(csc[r][k]);
+                    } else if (MN) {
+                        s = __half2float(csc[r][k]) * s + __half2float(cmn[r][k]) * xs;
+                    }
+                    acc[r] += s;
+                }
             }
         }
-    }
-    block_reduce<NT>(acc, red);
-    if (threadIdx.x == 0)
 #pragma unroll
-        for (int r = 0; r < ROWS; r++)
-            if (row0 + r < rows) y[row0 + r] = FMT == TQ2 ? acc[r] * tscale : acc[r];
+        for (int r = 0; r < SROWS; r++)
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < SROWS; r++)
+                if (row0 + r < rows) y[row0 + r] = FMT == TQ2 ? acc[r] * tscale : acc[r];
+    }
 }
 
 #define MATVEC(name, FMT, NT)                                                                                  \
@@ -272,15 +299,14 @@ __device__ void matvecf(const uint8_t* __restrict__ W, const __half* __restrict_
                                                           float* y, int rows, int nb, int row_bytes, int gb, \
                                                           int ng) {                                          \
         matvec<FMT, NT>(W, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng);                        \
-    }                                                                                                        \
-    extern "C" __global__ void __launch_bounds__(NT) name##f(const uint8_t* W, const __half* scales,         \
-                                                             const __half* mins, float tscale, const float* x, \
-                                                             float* y, int rows, int nb, int row_bytes, int gb, \
-                                                             int ng) {                                        \
-        matvecf<FMT, NT>(W, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng);                       \
     }
-#define MATVEC_ALL(fmt, FMT) \
-    MATVEC(matvec_##fmt##_32, FMT, 32) MATVEC(matvec_##fmt##_64, FMT, 64) MATVEC(matvec_##fmt##_128, FMT, 128)
+#define MATVEC_ALL(fmt, FMT)                                                                                  \
+    MATVEC(matvec_##fmt##_32, FMT, 32) MATVEC(matvec_##fmt##_64, FMT, 64) MATVEC(matvec_##fmt##_128, FMT, 128) \
+    extern "C" __global__ void __launch_bounds__(32 * SWARPS)                                                 \
+        matvec_##fmt##_s(const uint8_t* W, const __half* scales, const __half* mins, float tscale,           \
+                         const float* x, float* y, int rows, int nb, int row_bytes, int gb, int ng) {         \
+        matvecs<FMT>(W, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng);                            \
+    }
 
 MATVEC_ALL(f32, F32)
 MATVEC_ALL(f16, F16)
