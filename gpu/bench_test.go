@@ -57,10 +57,10 @@ func BenchmarkMatVec(b *testing.B) {
 	b.Logf("%s: device-to-device copy %.0f GB/s (bytes read + written)", d, copyBW/1e9)
 	r := rand.New(rand.NewPCG(7, 8))
 	type variant struct {
-		name  string
-		f     quantize.Format
-		act   Activations
-		perSM int // fixed grid of the fast kernel, in blocks per SM (0: the default choice)
+		name string
+		f    quantize.Format
+		act  Activations
+		mode int // fixed kernel (see Device.matvecMode; 0: chosen by shape)
 	}
 	variants := []variant{
 		{"f16", quantize.F16, ActFloat, 0}, {"q8", quantize.Q8, ActFloat, 0}, {"q8-a8", quantize.Q8, ActInt8, 0},
@@ -68,14 +68,14 @@ func BenchmarkMatVec(b *testing.B) {
 		{"q1-bin", quantize.Q1, ActBinary, 0}, {"tq2", quantize.TQ2, ActFloat, 0}, {"tq2-a8", quantize.TQ2, ActInt8, 0},
 	}
 	sweep := []variant{}
-	for _, f := range []quantize.Format{quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1} {
-		for _, k := range []int{1, 2, 4, 8} {
-			sweep = append(sweep, variant{fmt.Sprintf("%s-grid%dxSM", f, k), f, ActFloat, k})
+	for _, f := range []quantize.Format{quantize.F16, quantize.Q8, quantize.Q4, quantize.Q2} {
+		for _, k := range []int{1, 2, 4} {
+			sweep = append(sweep, variant{fmt.Sprintf("%s-kernel%d", f, k), f, ActFloat, k})
 		}
 	}
 	for _, sh := range benchShapes {
 		vs := variants
-		if sh.rows == sh.cols || sh.rows == 11008 || sh.cols == 5632 {
+		if sh.rows <= 11008 {
 			vs = append(vs[:len(vs):len(vs)], sweep...)
 		}
 		for _, v := range vs {
@@ -140,8 +140,8 @@ func BenchmarkMatVec(b *testing.B) {
 						return err
 					}
 					defer d.pool.release(y)
-					d.matvecGrid = v.perSM * d.sms
-					defer func() { d.matvecGrid = 0 }()
+					d.matvecMode = v.mode
+					defer func() { d.matvecMode = 0 }()
 					run := func() error {
 						for _, m := range ms {
 							if err := d.product(m, v.act, x, y); err != nil {
@@ -204,4 +204,53 @@ func BenchmarkCopy(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(bw/1e9, "GB/s")
+}
+
+// BenchmarkMatMul times the prefill product of 512 tokens on the layer
+// shapes, reported as TFLOP/s (2*rows*cols*512 operations).
+func BenchmarkMatMul(b *testing.B) {
+	d := openOrSkip(b)
+	r := rand.New(rand.NewPCG(9, 10))
+	const n = 512
+	for _, sh := range benchShapes {
+		for _, f := range []quantize.Format{quantize.F16, quantize.Q8, quantize.Q4, quantize.Q2, quantize.TQ2} {
+			b.Run(fmt.Sprintf("%s-%dx%d/%s", sh.model, sh.rows, sh.cols, f), func(b *testing.B) {
+				var m *Matrix
+				var err error
+				if f == quantize.F16 {
+					m, err = d.UploadFloat(f, gaussian(r, sh.rows*sh.cols), sh.rows, sh.cols)
+				} else {
+					m, err = d.Upload(randomTensor(r, f, sh.rows, sh.cols))
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer d.FreeMatrix(m)
+				var ms float64
+				err = d.do(func() error {
+					x, err := d.uploadNew(bytesOf(gaussian(r, n*sh.cols)), 0, MemScratch)
+					if err != nil {
+						return err
+					}
+					defer d.pool.release(x)
+					y, err := d.pool.alloc(d, int64(4*n*sh.rows), MemScratch)
+					if err != nil {
+						return err
+					}
+					defer d.pool.release(y)
+					if _, err := d.timeIt(1, func() error { return d.matmul(m, x, y, n) }); err != nil {
+						return err
+					}
+					b.ResetTimer()
+					ms, err = d.timeIt(b.N, func() error { return d.matmul(m, x, y, n) })
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(ms*1e3, "us/matmul")
+				b.ReportMetric(2*float64(sh.rows)*float64(sh.cols)*n/(ms*1e-3)/1e12, "TFLOP/s")
+			})
+		}
+	}
 }

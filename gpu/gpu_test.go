@@ -255,15 +255,17 @@ func TestMatVec(t *testing.T) {
 				if e := relL2(ref, y); e > 2e-5 {
 					t.Errorf("float activations: relative L2 %.3g", e)
 				}
-				for _, grid := range []int{1, 3} { // blocks of the fast kernel looping over row groups
-					d.do(func() error { d.matvecGrid = grid; return nil })
+				// Every kernel variant, and blocks of the fast kernel looping
+				// over several row groups.
+				for _, v := range []struct{ mode, grid int }{{1, 0}, {2, 1}, {4, 3}, {2, 0}, {4, 0}} {
+					d.do(func() error { d.matvecMode, d.matvecGrid = v.mode, v.grid; return nil })
 					y, err := d.MatVecAct(m, x, ActFloat)
-					d.do(func() error { d.matvecGrid = 0; return nil })
+					d.do(func() error { d.matvecMode, d.matvecGrid = 0, 0; return nil })
 					if err != nil {
 						t.Fatal(err)
 					}
 					if e := relL2(ref, y); e > 2e-5 {
-						t.Errorf("float activations, grid %d: relative L2 %.3g", grid, e)
+						t.Errorf("float activations, kernel %d, grid %d: relative L2 %.3g", v.mode, v.grid, e)
 					}
 				}
 				// int8 and binary activations where the format has them.

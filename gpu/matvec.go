@@ -156,15 +156,19 @@ func (d *Device) matvec(m *Matrix, x, y Buffer) error {
 	args := []uint64{argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argF32(m.scale), argBuf(x), argBuf(y),
 		argInt(m.Rows), argInt(nb), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups())}
 	shared := nb * 32 * 4
-	if cb := chunkBlocks(m.Format); m.rowBytes%16 == 0 && nb%cb == 0 && shared <= d.maxShared {
-		name := "matvec_" + string(m.Format) + "_s"
+	mode := d.matvecMode
+	if mode == 0 {
+		mode = matvecKernel(m.Format, m.Rows, m.Cols)
+	}
+	if cb := chunkBlocks(m.Format); mode != 1 && m.rowBytes%16 == 0 && nb%cb == 0 && shared <= d.maxShared {
+		name := fmt.Sprintf("matvec_%s_s%d", m.Format, mode)
 		if shared > 48<<10 && d.sharedSet[name] < shared {
 			if err := d.setMaxShared(name, shared); err != nil {
 				return err
 			}
 			d.sharedSet[name] = shared
 		}
-		groups := (m.Rows + 15) / 16 // 4 warps of 4 rows
+		groups := (m.Rows + 4*mode - 1) / (4 * mode) // 4 warps of mode rows
 		grid := d.matvecGrid
 		if grid == 0 {
 			waves := (groups + 4*d.sms - 1) / (4 * d.sms) // 4 blocks of 128 threads per SM
@@ -174,6 +178,22 @@ func (d *Device) matvec(m *Matrix, x, y Buffer) error {
 	}
 	nt := threadsFor(nb)
 	return d.launch(fmt.Sprintf("matvec_%s_%d", m.Format, nt), grid1((m.Rows+3)/4), grid1(nt), 0, args...)
+}
+
+// matvecKernel picks the matvec kernel for a shape, from the kernel sweep
+// of BenchmarkMatVec on the H100 (README.md): the plain kernel (1) for the
+// wide formats (f32, f16, q8), whose 32-weight blocks already give each
+// thread 32 bytes or more, and for short, wide matrices (2048x5632); the
+// shared-memory kernel with 4 rows a warp (4) for the narrow formats.
+func matvecKernel(f quantize.Format, rows, cols int) int {
+	switch f {
+	case quantize.F32, quantize.F16, quantize.Q8:
+		return 1
+	}
+	if rows <= 2048 && cols > 4096 {
+		return 1
+	}
+	return 4
 }
 
 // quantizeI8 queues the int8 quantization of x[0..n) into q and its scale

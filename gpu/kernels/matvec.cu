@@ -191,10 +191,9 @@ __device__ __forceinline__ void load_chunk(const uint8_t* p, uint32_t* w) {
 // rows. Each warp owns SROWS rows over their whole length and reduces with
 // shuffles alone; every lane loads the next chunk of its rows (and their
 // scales) before it uses the current one.
-#define SROWS 4
 #define SWARPS 4
 
-template <int FMT>
+template <int FMT, int SROWS>
 __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
                         const __half* __restrict__ mins, float tscale, const float* __restrict__ x,
                         float* __restrict__ y, int rows, int nb, int row_bytes, int gb, int ng) {
@@ -303,9 +302,14 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
 #define MATVEC_ALL(fmt, FMT)                                                                                  \
     MATVEC(matvec_##fmt##_32, FMT, 32) MATVEC(matvec_##fmt##_64, FMT, 64) MATVEC(matvec_##fmt##_128, FMT, 128) \
     extern "C" __global__ void __launch_bounds__(32 * SWARPS)                                                 \
-        matvec_##fmt##_s(const uint8_t* W, const __half* scales, const __half* mins, float tscale,           \
-                         const float* x, float* y, int rows, int nb, int row_bytes, int gb, int ng) {         \
-        matvecs<FMT>(W, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng);                            \
+        matvec_##fmt##_s4(const uint8_t* W, const __half* scales, const __half* mins, float tscale,          \
+                          const float* x, float* y, int rows, int nb, int row_bytes, int gb, int ng) {        \
+        matvecs<FMT, 4>(W, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng);                         \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(32 * SWARPS)                                                 \
+        matvec_##fmt##_s2(const uint8_t* W, const __half* scales, const __half* mins, float tscale,          \
+                          const float* x, float* y, int rows, int nb, int row_bytes, int gb, int ng) {        \
+        matvecs<FMT, 2>(W, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng);                         \
     }
 
 MATVEC_ALL(f32, F32)
