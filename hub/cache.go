@@ -3,8 +3,10 @@ package hub
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -48,6 +50,14 @@ func (p cachePaths) commitFor(revision string) (string, error) {
 	return c, nil
 }
 
+// checkRevision refuses revisions that would reach outside refs/.
+func checkRevision(rev string) error {
+	if err := checkRelPath(rev); err != nil {
+		return fmt.Errorf("hub: revision %q: %w", rev, err)
+	}
+	return nil
+}
+
 // writeRef records revision -> commit, as huggingface_hub does (no newline).
 func (p cachePaths) writeRef(revision, commit string) error {
 	if revision == commit {
@@ -57,11 +67,15 @@ func (p cachePaths) writeRef(revision, commit string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
+	tmp := tmpName(path)
 	if err := os.WriteFile(tmp, []byte(commit), 0o644); err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
 }
 
 // link points snapshots/{commit}/{path} at ../../blobs/{etag} (relative,
@@ -76,12 +90,20 @@ func (p cachePaths) link(commit, path, etag string) error {
 	if cur, err := os.Readlink(dst); err == nil && cur == target {
 		return nil
 	}
-	tmp := dst + ".lowbit-tmp"
-	os.Remove(tmp)
+	tmp := tmpName(dst)
 	if err := os.Symlink(target, tmp); err != nil {
 		return err
 	}
-	return os.Rename(tmp, dst)
+	if err := os.Rename(tmp, dst); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// tmpName is a name next to path that no other process picks.
+func tmpName(path string) string {
+	return path + ".lowbit-tmp-" + strconv.FormatUint(rand.Uint64(), 36)
 }
 
 // lock takes the per-blob lock file that huggingface_hub also uses
@@ -104,11 +126,18 @@ func (p cachePaths) lock(etag string) (func(), error) {
 	}, nil
 }
 
-// CachedSnapshot finds a revision in the cache without the network. It
-// reports what is missing: the repo, the revision, or files.
+// CachedSnapshot finds a revision in the cache without the network, with
+// the files matching include (nil: DefaultInclude). Its ErrOffline errors
+// say what is missing: the repo, the revision, or which files.
 func CachedSnapshot(cacheDir, repoID, revision string, include []string) (*Snapshot, error) {
 	if revision == "" {
 		revision = "main"
+	}
+	if err := validRepoID(repoID); err != nil {
+		return nil, err
+	}
+	if err := checkRevision(revision); err != nil {
+		return nil, err
 	}
 	p := pathsFor(cacheDir, repoID)
 	if _, err := os.Stat(p.root); err != nil {
@@ -136,7 +165,16 @@ func CachedSnapshot(cacheDir, repoID, revision string, include []string) (*Snaps
 		if err != nil {
 			return fmt.Errorf("%w: %s@%s: %s points at a missing blob", ErrOffline, repoID, revision, rel)
 		}
-		s.Files = append(s.Files, FileInfo{Path: rel, Size: st.Size()})
+		f := FileInfo{Path: rel, Size: st.Size()}
+		if target, err := os.Readlink(path); err == nil {
+			switch etag := filepath.Base(target); {
+			case isHex(etag, 64):
+				f.SHA256 = etag
+			case isHex(etag, 40):
+				f.BlobID = etag
+			}
+		}
+		s.Files = append(s.Files, f)
 		return nil
 	})
 	if err != nil {
@@ -145,8 +183,25 @@ func CachedSnapshot(cacheDir, repoID, revision string, include []string) (*Snaps
 		}
 		return nil, err
 	}
-	if !hasFile(s.Files, "config.json") && include == nil {
-		return nil, fmt.Errorf("%w: %s@%s is cached without config.json", ErrOffline, repoID, revision)
+	var missing []string
+	for _, g := range include {
+		if !strings.ContainsAny(g, "*?[") && !hasFile(s.Files, g) {
+			missing = append(missing, g)
+		}
+	}
+	if include == nil {
+		if !hasFile(s.Files, "config.json") {
+			missing = append(missing, "config.json")
+		}
+		if !hasSafetensors(s.Files) {
+			missing = append(missing, "*.safetensors")
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: %s@%s is cached without %s", ErrOffline, repoID, revision, strings.Join(missing, ", "))
+	}
+	if len(s.Files) == 0 {
+		return nil, fmt.Errorf("%w: %s@%s has no cached file matching %v", ErrOffline, repoID, revision, include)
 	}
 	return s, nil
 }
@@ -161,13 +216,16 @@ func hasFile(files []FileInfo, path string) bool {
 }
 
 // matches reports whether a repo path matches any include glob (nil:
-// DefaultInclude), with fnmatch semantics as huggingface_hub's
-// allow_patterns: '*' also matches '/'.
+// DefaultInclude) as huggingface_hub's allow_patterns do: fnmatch, where
+// '*' also matches '/', and a pattern ending in '/' means the whole folder.
 func matches(path string, include []string) bool {
 	if include == nil {
 		include = DefaultInclude()
 	}
 	for _, g := range include {
+		if strings.HasSuffix(g, "/") {
+			g += "*"
+		}
 		if fnmatch(g, path) {
 			return true
 		}
@@ -175,29 +233,87 @@ func matches(path string, include []string) bool {
 	return false
 }
 
-// fnmatch matches name against a shell pattern where '*' matches any run of
-// characters (slashes included) and '?' any one; other characters literally.
+// fnmatch matches name against a shell pattern as Python's fnmatch does:
+// '*' matches any run of characters (slashes included), '?' any one,
+// [seq] / [!seq] (with ranges a-z) one in / not in the set; a '[' without
+// its ']' is literal.
 func fnmatch(pattern, name string) bool {
 	p, n := 0, 0
 	star, mark := -1, 0
 	for n < len(name) {
-		switch {
-		case p < len(pattern) && (pattern[p] == '?' || pattern[p] == name[n]):
-			p++
-			n++
-		case p < len(pattern) && pattern[p] == '*':
-			star, mark = p, n
-			p++
-		case star >= 0:
-			p = star + 1
-			mark++
-			n = mark
-		default:
+		if p < len(pattern) {
+			switch c := pattern[p]; c {
+			case '*':
+				star, mark = p, n
+				p++
+				continue
+			case '?':
+				p++
+				n++
+				continue
+			case '[':
+				if ok, width, valid := matchClass(pattern[p:], name[n]); valid {
+					if ok {
+						p += width
+						n++
+						continue
+					}
+				} else if name[n] == '[' {
+					p++
+					n++
+					continue
+				}
+			default:
+				if c == name[n] {
+					p++
+					n++
+					continue
+				}
+			}
+		}
+		if star < 0 {
 			return false
 		}
+		p = star + 1
+		mark++
+		n = mark
 	}
 	for p < len(pattern) && pattern[p] == '*' {
 		p++
 	}
 	return p == len(pattern)
+}
+
+// matchClass matches c against the class at the start of pat ("[...]"),
+// returning whether it matched, the class's width, and whether pat starts
+// with a complete class at all.
+func matchClass(pat string, c byte) (ok bool, width int, valid bool) {
+	i := 1
+	neg := i < len(pat) && pat[i] == '!'
+	if neg {
+		i++
+	}
+	if i < len(pat) && pat[i] == ']' { // a leading ']' is literal
+		i++
+	}
+	end := strings.IndexByte(pat[i:], ']')
+	if end < 0 {
+		return false, 0, false
+	}
+	end += i
+	set := pat[1:end]
+	if neg {
+		set = set[1:]
+	}
+	for k := 0; k < len(set); k++ {
+		if k+2 < len(set) && set[k+1] == '-' {
+			if set[k] <= c && c <= set[k+2] {
+				ok = true
+			}
+			k += 2
+		} else if set[k] == c {
+			ok = true
+		}
+	}
+	return ok != neg, end + 1, true
 }

@@ -11,51 +11,60 @@ import (
 	"hash"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"golang.org/x/sync/errgroup"
 )
 
+// job is the state one Snapshot call shares between its files.
+type job struct {
+	p     cachePaths
+	info  *RepoInfo
+	conns chan struct{} // one slot per open download connection
+	prog  *progress
+}
+
 // Snapshot downloads the files of repoID@revision that match include (nil:
 // DefaultInclude) into the cache, or finds them there, and returns the
-// snapshot directory. Offline, it uses the cache only.
+// snapshot directory. Offline, it uses the cache only; when the Hub cannot
+// be reached at all, a complete cached snapshot is used instead.
 func (c *Client) Snapshot(ctx context.Context, repoID, revision string, include []string) (*Snapshot, error) {
 	if revision == "" {
 		revision = "main"
 	}
 	if c.opts.Offline {
+		if err := validRepoID(repoID); err != nil {
+			return nil, err
+		}
 		return CachedSnapshot(c.opts.CacheDir, repoID, revision, include)
 	}
 	info, err := c.Resolve(ctx, repoID, revision)
 	if err != nil {
+		if ctx.Err() == nil && !isFinal(err) && validRepoID(repoID) == nil {
+			if s, cerr := CachedSnapshot(c.opts.CacheDir, repoID, revision, include); cerr == nil {
+				if c.opts.Progress != nil {
+					fmt.Fprintf(c.opts.Progress, "hub: %v\nhub: using the cached snapshot %s\n", err, s.Dir)
+				}
+				return s, nil
+			}
+		}
 		return nil, err
 	}
-	var files []FileInfo
+	files, err := selectFiles(info, include)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.fillMetadata(ctx, info, files); err != nil {
+		return nil, err
+	}
 	var total int64
-	hasBin := false
-	for _, f := range info.Files {
-		if strings.HasPrefix(f.Path, "pytorch_model") && strings.HasSuffix(f.Path, ".bin") {
-			hasBin = true
-		}
-		if matches(f.Path, include) {
-			files = append(files, f)
-			total += f.Size
-		}
-	}
-	if include == nil && !hasSafetensors(files) {
-		if hasBin {
-			return nil, fmt.Errorf("hub: %s@%s has only PyTorch .bin weights; lowbit reads safetensors (look for a safetensors revision such as refs/pr/N, or convert with transformers' save_pretrained)", repoID, revision)
-		}
-		return nil, fmt.Errorf("hub: %s@%s has no .safetensors weights", repoID, revision)
-	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("hub: no file of %s@%s matches %v", repoID, revision, include)
+	for _, f := range files {
+		total += f.Size
 	}
 	p := pathsFor(c.opts.CacheDir, repoID)
 	for _, d := range []string{p.blobs, p.snapshots, p.refs} {
@@ -63,27 +72,80 @@ func (c *Client) Snapshot(ctx context.Context, repoID, revision string, include 
 			return nil, fmt.Errorf("hub: cache: %w", err)
 		}
 	}
-	bar := c.newBar(total, fmt.Sprintf("%s: %d files", repoID, len(files)))
+	j := &job{p: p, info: info, conns: make(chan struct{}, c.opts.Workers),
+		prog: newProgress(c.opts.Progress, total, fmt.Sprintf("%s: %d files", repoID, len(files)))}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(c.opts.Workers)
 	for _, f := range files {
 		g.Go(func() error {
-			if err := c.fetchFile(gctx, p, info, f, bar); err != nil {
+			if err := c.fetchFile(gctx, j, f); err != nil {
 				return fmt.Errorf("hub: %s/%s: %w", repoID, f.Path, err)
 			}
-			return p.link(info.Commit, f.Path, f.etag())
+			if err := p.link(info.Commit, f.Path, f.etag()); err != nil {
+				return fmt.Errorf("hub: cache: link %s: %w", f.Path, err)
+			}
+			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
+	err = g.Wait()
+	j.prog.close()
+	if err != nil {
 		return nil, err
 	}
-	if bar != nil {
-		bar.Finish()
-	}
 	if err := p.writeRef(revision, info.Commit); err != nil {
-		return nil, fmt.Errorf("hub: cache: %w", err)
+		return nil, fmt.Errorf("hub: cache: refs/%s: %w", revision, err)
 	}
 	return &Snapshot{Dir: filepath.Join(p.snapshots, info.Commit), RepoID: repoID, Revision: revision, Commit: info.Commit, Files: files}, nil
+}
+
+// selectFiles picks the files include asks for. A name without wildcards
+// that the repo lacks is ErrEntryNotFound; a repo with only PyTorch .bin
+// weights gets a message saying so.
+func selectFiles(info *RepoInfo, include []string) ([]FileInfo, error) {
+	var files []FileInfo
+	hasBin := false
+	for _, f := range info.Files {
+		if strings.HasPrefix(f.Path, "pytorch_model") && strings.HasSuffix(f.Path, ".bin") {
+			hasBin = true
+		}
+		if matches(f.Path, include) {
+			files = append(files, f)
+		}
+	}
+	where := info.RepoID + "@" + info.Revision
+	for _, g := range include {
+		if !strings.ContainsAny(g, "*?[") && !hasFile(files, g) {
+			return nil, fmt.Errorf("%w: %s has no file %s", ErrEntryNotFound, where, g)
+		}
+	}
+	if include == nil && !hasSafetensors(files) {
+		if hasBin {
+			return nil, fmt.Errorf("hub: %s has only PyTorch .bin weights; lowbit reads safetensors (look for a safetensors revision such as refs/pr/N, or save the model with transformers' save_pretrained(safe_serialization=True))", where)
+		}
+		return nil, fmt.Errorf("hub: %s has no .safetensors weights", where)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("hub: no file of %s matches %v", where, include)
+	}
+	return files, nil
+}
+
+// fillMetadata asks the resolve URL (HEAD) for the etag and size of the
+// files the revision API listed without them.
+func (c *Client) fillMetadata(ctx context.Context, info *RepoInfo, files []FileInfo) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(c.opts.Workers)
+	for i := range files {
+		if e := files[i].etag(); isHex(e, 40) || isHex(e, 64) {
+			continue
+		}
+		g.Go(func() error {
+			f, err := c.head(gctx, info.RepoID, info.Commit, files[i])
+			files[i] = f
+			return err
+		})
+	}
+	return g.Wait()
 }
 
 func hasSafetensors(files []FileInfo) bool {
@@ -95,171 +157,281 @@ func hasSafetensors(files []FileInfo) bool {
 	return false
 }
 
-func (c *Client) newBar(total int64, desc string) *progressbar.ProgressBar {
-	if c.opts.Progress == nil {
-		return nil
-	}
-	return progressbar.NewOptions64(total,
-		progressbar.OptionSetWriter(c.opts.Progress), progressbar.OptionSetDescription(desc),
-		progressbar.OptionShowBytes(true), progressbar.OptionSetWidth(30), progressbar.OptionThrottle(100e6),
-		progressbar.OptionSetPredictTime(true), progressbar.OptionOnCompletion(func() { io.WriteString(c.opts.Progress, "\n") }))
-}
-
 // fetchFile brings one file's blob into the cache, verified, under its lock.
-func (c *Client) fetchFile(ctx context.Context, p cachePaths, info *RepoInfo, f FileInfo, bar *progressbar.ProgressBar) error {
+func (c *Client) fetchFile(ctx context.Context, j *job, f FileInfo) (err error) {
 	etag := f.etag()
-	if !isHex(etag, 40) && !isHex(etag, 64) {
-		return fmt.Errorf("the Hub gave no usable etag (blob id %q)", f.BlobID)
-	}
-	blob := filepath.Join(p.blobs, etag)
-	if st, err := os.Stat(blob); err == nil && st.Size() == f.Size {
-		addBar(bar, f.Size)
+	blob := filepath.Join(j.p.blobs, etag)
+	bar := j.prog.file(f.Path, f.Size)
+	defer func() { bar.done(err) }()
+	if blobDone(blob, f.Size) {
+		bar.add(f.Size)
 		return nil
 	}
-	unlock, err := p.lock(etag)
+	unlock, err := j.p.lock(etag)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if st, err := os.Stat(blob); err == nil && st.Size() == f.Size { // another process finished it
-		addBar(bar, f.Size)
+	if blobDone(blob, f.Size) { // another process finished it while we waited
+		bar.add(f.Size)
 		return nil
 	}
-	u := fmt.Sprintf("%s/%s/resolve/%s/%s", c.opts.Endpoint, info.RepoID, info.Commit, escapePath(f.Path))
-	part := blob + ".incomplete"
-	if f.Size >= 2*c.opts.PartSize && c.opts.Workers > 1 {
-		err = c.fetchParts(ctx, u, part, f.Size, bar)
+	d := &dest{u: resolveURL(c.opts.Endpoint, j.info.RepoID, j.info.Commit, f.Path), file: f, part: blob + ".incomplete", bar: bar}
+	h, want := newHash(f)
+	_, statErr := os.Stat(d.part + ".parts")
+	if statErr == nil || (f.Size >= 2*c.opts.PartSize && c.opts.Workers > 1) {
+		err = c.fetchParts(ctx, j, d, h)
 	} else {
-		err = c.fetchStream(ctx, u, part, f.Size, bar)
+		err = c.fetchStream(ctx, j, d, h)
 	}
 	if err != nil {
 		return err
-	}
-	if err := verify(part, f); err != nil {
-		os.Remove(part)
-		return err
-	}
-	return os.Rename(part, blob)
-}
-
-func escapePath(p string) string {
-	parts := strings.Split(p, "/")
-	for i, s := range parts {
-		parts[i] = url.PathEscape(s)
-	}
-	return strings.Join(parts, "/")
-}
-
-func addBar(bar *progressbar.ProgressBar, n int64) {
-	if bar != nil {
-		bar.Add64(n)
-	}
-}
-
-// verify checks a downloaded file: the LFS sha256, or for files kept in git
-// the git blob id (sha1 of "blob <size>\0" and the content).
-func verify(path string, f FileInfo) error {
-	fh, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer fh.Close()
-	var h hash.Hash
-	want := f.SHA256
-	if want != "" {
-		h = sha256.New()
-	} else {
-		h = sha1.New()
-		fmt.Fprintf(h, "blob %d\x00", f.Size)
-		want = f.BlobID
-	}
-	n, err := io.Copy(h, fh)
-	if err != nil {
-		return err
-	}
-	if n != f.Size {
-		return fmt.Errorf("%w: got %d bytes, the Hub lists %d", ErrChecksum, n, f.Size)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != want {
-		return fmt.Errorf("%w: content hashes to %s, the Hub lists %s (corrupt download; retry)", ErrChecksum, got, want)
+		os.Remove(d.part)
+		return fmt.Errorf("%w: content hashes to %s, the Hub lists %s (corrupt download, removed; run again)", ErrChecksum, got, want)
+	}
+	if err := os.Rename(d.part, blob); err != nil {
+		return fmt.Errorf("cache: %w", err)
 	}
 	return nil
 }
 
-// getRange GETs bytes [from, to] (to < 0: to the end), following redirects;
-// it returns the body when the server honoured the range.
-func (c *Client) getRange(ctx context.Context, u string, from, to int64) (io.ReadCloser, error) {
-	h := http.Header{}
-	if from > 0 || to >= 0 {
-		r := "bytes=" + strconv.FormatInt(from, 10) + "-"
-		if to >= 0 {
-			r += strconv.FormatInt(to, 10)
-		}
-		h.Set("Range", r)
-	}
-	h.Set("Accept-Encoding", "identity")
-	resp, err := c.do(ctx, http.MethodGet, u, h)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case resp.StatusCode == http.StatusPartialContent:
-		return resp.Body, nil
-	case resp.StatusCode == http.StatusOK && from == 0 && to < 0:
-		return resp.Body, nil
-	case resp.StatusCode == http.StatusOK:
-		resp.Body.Close()
-		return nil, errors.New("the server ignored the Range request")
-	}
-	return nil, apiError(resp, "", "", u)
+// blobDone reports whether a blob of the expected size is in the cache.
+func blobDone(path string, size int64) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular() && st.Size() == size
 }
 
-// copyAt copies body into f from offset off, counting progress; it returns
-// the bytes written, also on error (a dropped connection).
-func copyAt(f *os.File, off int64, body io.Reader, bar *progressbar.ProgressBar) (int64, error) {
-	buf := make([]byte, 1<<20)
-	var n int64
-	for {
-		k, rerr := io.ReadFull(body, buf)
-		if k > 0 {
-			if _, err := f.WriteAt(buf[:k], off+n); err != nil {
-				return n, err
-			}
-			n += int64(k)
-			addBar(bar, int64(k))
-		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			return n, nil // the caller compares n with what it asked for
-		}
-		if rerr != nil {
-			return n, rerr
-		}
+// newHash returns the hash that identifies f and the value it must have:
+// the LFS sha256, or for files kept in git the git blob id (sha1 of
+// "blob <size>\0" and the content).
+func newHash(f FileInfo) (hash.Hash, string) {
+	if f.SHA256 != "" {
+		return sha256.New(), f.SHA256
 	}
+	h := sha1.New()
+	fmt.Fprintf(h, "blob %d\x00", f.Size)
+	return h, f.BlobID
 }
 
-// fetchStream downloads sequentially into part, resuming from its size.
-func (c *Client) fetchStream(ctx context.Context, u, part string, size int64, bar *progressbar.ProgressBar) error {
-	f, err := os.OpenFile(part, os.O_CREATE|os.O_WRONLY, 0o644)
+// dest is one file being downloaded into blobs/{etag}.incomplete.
+type dest struct {
+	u    string // resolve URL
+	file FileInfo
+	part string
+	bar  *fileBar
+}
+
+// fetchStream downloads sequentially into d.part, resuming after what it
+// holds (huggingface_hub's .incomplete files are such prefixes), hashing
+// as the bytes arrive.
+func (c *Client) fetchStream(ctx context.Context, j *job, d *dest, h hash.Hash) error {
+	f, err := os.OpenFile(d.part, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		return err
+		return fmt.Errorf("cache: %w", err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return err
+		return fmt.Errorf("cache: %w", err)
 	}
 	off := st.Size()
-	if off > size {
+	if off > d.file.Size {
 		off = 0
-		f.Truncate(0)
+		if err := f.Truncate(0); err != nil {
+			return fmt.Errorf("cache: %w", err)
+		}
 	}
-	addBar(bar, off)
-	return c.fillRange(ctx, f, u, off, size, bar)
+	if off > 0 {
+		if _, err := io.Copy(h, io.NewSectionReader(f, 0, off)); err != nil {
+			return fmt.Errorf("cache: reading %s: %w", d.part, err)
+		}
+		d.bar.add(off)
+	}
+	if err := c.fillRange(ctx, j, d, f, off, d.file.Size, h); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("cache: %w", err)
+	}
+	return nil
 }
 
-// fillRange downloads [off, end) into f, retrying dropped connections from
-// where they stopped, a bounded number of times.
-func (c *Client) fillRange(ctx context.Context, f *os.File, u string, off, end int64, bar *progressbar.ProgressBar) error {
+// partRecord lists the finished parts of a parallel download, kept in
+// {etag}.incomplete.parts so a killed process resumes without refetching.
+type partRecord struct {
+	PartSize int64 `json:"part_size"`
+	Done     []int `json:"done"`
+}
+
+// fetchParts downloads a large file in parallel ranged parts while one
+// goroutine hashes the finished parts in order. When it stops early it
+// cuts the file back to its finished prefix, so the .incomplete file stays
+// a valid prefix (as huggingface_hub expects) and resumes with Range.
+func (c *Client) fetchParts(ctx context.Context, j *job, d *dest, h hash.Hash) error {
+	size, ps := d.file.Size, c.opts.PartSize
+	n := int((size + ps - 1) / ps)
+	done := make([]bool, n)
+	record := d.part + ".parts"
+	f, err := os.OpenFile(d.part, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return fmt.Errorf("cache: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("cache: %w", err)
+	}
+	if b, err := os.ReadFile(record); err == nil {
+		// Parts finished out of order by a process that was killed.
+		r, err := parseRecord(b, ps, n)
+		if err != nil || st.Size() != size {
+			clear(done) // unusable: start over
+		} else {
+			copy(done, r)
+		}
+	} else {
+		// A prefix left by a stream or by huggingface_hub (a file with
+		// holes always has a record, written before the holes).
+		for i := range done {
+			done[i] = int64(i+1)*ps <= st.Size()
+		}
+	}
+
+	var mu sync.Mutex
+	save := func(i int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if i >= 0 {
+			done[i] = true
+		}
+		r := partRecord{PartSize: ps, Done: []int{}}
+		for k, ok := range done {
+			if ok {
+				r.Done = append(r.Done, k)
+			}
+		}
+		b, _ := json.Marshal(r)
+		tmp := record + ".tmp"
+		if err := os.WriteFile(tmp, b, 0o644); err != nil {
+			return fmt.Errorf("cache: %w", err)
+		}
+		if err := os.Rename(tmp, record); err != nil {
+			return fmt.Errorf("cache: %w", err)
+		}
+		return nil
+	}
+	if err := save(-1); err != nil {
+		return err
+	}
+	if err := f.Truncate(size); err != nil {
+		return fmt.Errorf("cache: %w", err)
+	}
+
+	ready := make(chan int, n)
+	stop := make(chan struct{})
+	hashed := make(chan hashResult, 1)
+	go func() { hashed <- hashParts(f, size, ps, n, ready, stop, h) }()
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(c.opts.Workers)
+	for i := 0; i < n; i++ {
+		from, to := int64(i)*ps, min(int64(i+1)*ps, size)
+		if done[i] {
+			d.bar.add(to - from)
+			ready <- i
+			continue
+		}
+		g.Go(func() error {
+			if err := c.fillRange(gctx, j, d, f, from, to, nil); err != nil {
+				return err
+			}
+			if err := save(i); err != nil {
+				return err
+			}
+			ready <- i
+			return nil
+		})
+	}
+	err = g.Wait()
+	if err != nil {
+		close(stop)
+	}
+	close(ready)
+	res := <-hashed
+	if err == nil {
+		err = res.err
+	}
+	if err != nil {
+		// Keep only the finished prefix: a valid .incomplete for any tool.
+		if f.Truncate(res.prefix) == nil {
+			os.Remove(record)
+		}
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("cache: %w", err)
+	}
+	os.Remove(record)
+	return nil
+}
+
+// parseRecord reads a part record written for parts of size ps, n parts.
+func parseRecord(b []byte, ps int64, n int) ([]bool, error) {
+	var r partRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("part record: %w", err)
+	}
+	if r.PartSize != ps {
+		return nil, fmt.Errorf("part record: part size %d, want %d", r.PartSize, ps)
+	}
+	done := make([]bool, n)
+	for _, i := range r.Done {
+		if i < 0 || i >= n {
+			return nil, fmt.Errorf("part record: part %d of %d", i, n)
+		}
+		done[i] = true
+	}
+	return done, nil
+}
+
+type hashResult struct {
+	prefix int64 // bytes hashed: the finished prefix
+	err    error
+}
+
+// hashParts hashes parts in file order as their indices arrive on ready,
+// reading them back (from the page cache) with ReadAt.
+func hashParts(f *os.File, size, ps int64, n int, ready <-chan int, stop <-chan struct{}, h hash.Hash) hashResult {
+	have := make([]bool, n)
+	next := 0
+	buf := make([]byte, 4<<20)
+	for i := range ready {
+		have[i] = true
+		for next < n && have[next] {
+			select {
+			case <-stop:
+				return hashResult{prefix: int64(next) * ps}
+			default:
+			}
+			from, to := int64(next)*ps, min(int64(next+1)*ps, size)
+			if _, err := io.CopyBuffer(h, io.NewSectionReader(f, from, to-from), buf); err != nil {
+				return hashResult{prefix: from, err: fmt.Errorf("cache: reading back %s: %w", f.Name(), err)}
+			}
+			next++
+		}
+	}
+	if next < n {
+		return hashResult{prefix: int64(next) * ps, err: errors.New("download stopped")}
+	}
+	return hashResult{prefix: size}
+}
+
+// fillRange downloads [off, end) into f, retrying 5xx answers, dropped
+// connections and stalls from where they stopped; an attempt that brings
+// bytes resets the retry count. h, if not nil, sees the bytes in order.
+func (c *Client) fillRange(ctx context.Context, j *job, d *dest, f *os.File, off, end int64, h hash.Hash) error {
 	var last error
 	for attempt := 0; off < end; attempt++ {
 		if attempt >= c.opts.Retries {
@@ -270,111 +442,126 @@ func (c *Client) fillRange(ctx context.Context, f *os.File, u string, off, end i
 				return err
 			}
 		}
-		body, err := c.getRange(ctx, u, off, end-1)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			var apiErr bool
-			for _, e := range []error{ErrGated, ErrUnauthorized, ErrRepoNotFound, ErrEntryNotFound} {
-				apiErr = apiErr || errors.Is(err, e)
-			}
-			if apiErr {
-				return err
-			}
-			last = err
-			continue
-		}
-		n, err := copyAt(f, off, io.LimitReader(body, end-off), bar)
-		body.Close()
-		if n > 0 {
-			attempt = -1 // progress resets the retry budget
-		}
+		n, err := c.getRange(ctx, j, d, f, off, end, h)
 		off += n
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
+		if n > 0 {
+			attempt = -1
+		}
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil && isFinal(err):
+			return err
+		case err != nil:
 			last = err
-		} else if off < end {
+		case off < end:
 			last = fmt.Errorf("connection closed at byte %d of %d", off, end)
 		}
 	}
 	return nil
 }
 
-// fetchParts downloads a large file in parallel ranged parts. Finished parts
-// are recorded in part+".parts" so an interrupted download resumes without
-// refetching them; a partial file without that record (huggingface_hub's)
-// counts as a finished prefix.
-func (c *Client) fetchParts(ctx context.Context, u, part string, size int64, bar *progressbar.ProgressBar) error {
-	n := int((size + c.opts.PartSize - 1) / c.opts.PartSize)
-	done := make([]bool, n)
-	record := part + ".parts"
-	if b, err := os.ReadFile(record); err == nil {
-		var idx []int
-		if json.Unmarshal(b, &idx) == nil {
-			for _, i := range idx {
-				if i >= 0 && i < n {
-					done[i] = true
-				}
-			}
-		}
-	} else if st, err := os.Stat(part); err == nil {
-		for i := 0; i < n; i++ {
-			if int64(i+1)*c.opts.PartSize <= st.Size() {
-				done[i] = true
-			}
-		}
+// getRange makes one ranged GET of [off, end) and copies what arrives into
+// f at its offset, returning the bytes written. The request is abandoned
+// when no byte arrives for StallTimeout.
+func (c *Client) getRange(ctx context.Context, j *job, d *dest, f *os.File, off, end int64, h hash.Hash) (int64, error) {
+	select {
+	case j.conns <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
 	}
-	f, err := os.OpenFile(part, os.O_CREATE|os.O_WRONLY, 0o644)
+	defer func() { <-j.conns }()
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := time.AfterFunc(c.opts.StallTimeout, func() { cancel(errStalled) })
+	defer timer.Stop()
+
+	hdr := http.Header{"Accept-Encoding": {"identity"}}
+	if off > 0 || end < d.file.Size {
+		hdr.Set("Range", fmt.Sprintf("bytes=%d-%d", off, end-1))
+	}
+	resp, err := c.send(actx, http.MethodGet, d.u, hdr)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	defer f.Close()
-	if err := f.Truncate(size); err != nil {
-		return err
+	defer resp.Body.Close()
+	var body io.Reader = resp.Body
+	switch resp.StatusCode {
+	case http.StatusPartialContent:
+		if start, ok := rangeStart(resp.Header.Get("Content-Range")); !ok || start != off {
+			return 0, fmt.Errorf("asked for bytes from %d, got Content-Range %q", off, resp.Header.Get("Content-Range"))
+		}
+	case http.StatusOK:
+		// The whole file: skip what we have (a server that ignores Range).
+		if _, err := io.CopyN(io.Discard, &idleReader{r: body, timer: timer, d: c.opts.StallTimeout}, off); err != nil {
+			return 0, stalled(actx, err)
+		}
+	default:
+		return 0, apiError(resp.StatusCode, resp.Header, j.info.RepoID, j.info.Commit, d.file.Path)
 	}
-	var mu sync.Mutex
-	save := func(i int) error {
-		mu.Lock()
-		defer mu.Unlock()
-		done[i] = true
-		var idx []int
-		for k, d := range done {
-			if d {
-				idx = append(idx, k)
+	n, err := copyAt(f, off, &idleReader{r: io.LimitReader(body, end-off), timer: timer, d: c.opts.StallTimeout}, h, d.bar)
+	return n, stalled(actx, err)
+}
+
+// stalled names a read cut off by the stall timer.
+func stalled(ctx context.Context, err error) error {
+	if err != nil && errors.Is(context.Cause(ctx), errStalled) {
+		return errStalled
+	}
+	return err
+}
+
+// rangeStart reads the first byte of "bytes a-b/total".
+func rangeStart(cr string) (int64, bool) {
+	s, ok := strings.CutPrefix(cr, "bytes ")
+	if !ok {
+		return 0, false
+	}
+	a, _, ok := strings.Cut(s, "-")
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(a, 10, 64)
+	return v, err == nil
+}
+
+// idleReader pushes a stall timer back on every read that brings bytes.
+type idleReader struct {
+	r     io.Reader
+	timer *time.Timer
+	d     time.Duration
+}
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n > 0 {
+		r.timer.Reset(r.d)
+	}
+	return n, err
+}
+
+// copyAt copies body into f from offset off (and into h, if not nil),
+// counting progress; it returns the bytes written, also on error.
+func copyAt(f *os.File, off int64, body io.Reader, h hash.Hash, bar *fileBar) (int64, error) {
+	buf := make([]byte, 1<<20)
+	var n int64
+	for {
+		k, rerr := io.ReadFull(body, buf)
+		if k > 0 {
+			if _, err := f.WriteAt(buf[:k], off+n); err != nil {
+				return n, fmt.Errorf("cache: %w", err)
 			}
-		}
-		b, _ := json.Marshal(idx)
-		tmp := record + ".tmp"
-		if err := os.WriteFile(tmp, b, 0o644); err != nil {
-			return err
-		}
-		return os.Rename(tmp, record)
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(c.opts.Workers)
-	for i := 0; i < n; i++ {
-		from := int64(i) * c.opts.PartSize
-		to := min(from+c.opts.PartSize, size)
-		if done[i] {
-			addBar(bar, to-from)
-			continue
-		}
-		g.Go(func() error {
-			if err := c.fillRange(gctx, f, u, from, to, bar); err != nil {
-				return err
+			if h != nil {
+				h.Write(buf[:k])
 			}
-			return save(i)
-		})
+			n += int64(k)
+			bar.add(int64(k))
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			return n, nil // the caller compares n with what it asked for
+		}
+		if rerr != nil {
+			return n, rerr
+		}
 	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	os.Remove(record)
-	return nil
 }

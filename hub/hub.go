@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -37,8 +38,12 @@ type Options struct {
 	Workers int
 	// PartSize is the size of a ranged part of a large file (default 32 MiB).
 	PartSize int64
-	// Retries bounds attempts per request on 5xx and dropped connections (default 5).
+	// Retries bounds attempts per request on 5xx, dropped connections and
+	// stalls (default 5); an attempt that brings bytes resets the count.
 	Retries int
+	// StallTimeout abandons and retries a request that brings no byte for
+	// this long (default 30s), so a stalled server cannot hang a download.
+	StallTimeout time.Duration
 	// Progress receives progress bars (nil: none).
 	Progress io.Writer
 	// HTTPClient sends the requests (tests inject one; nil: a default with timeouts).
@@ -77,6 +82,7 @@ func OptionsFromEnv() Options {
 // Client talks to one Hub endpoint and one cache.
 type Client struct {
 	opts Options
+	host string // the endpoint's host: the only one that gets the token
 	http *http.Client
 }
 
@@ -86,7 +92,8 @@ func New(opts Options) (*Client, error) {
 		opts.Endpoint = DefaultEndpoint
 	}
 	opts.Endpoint = strings.TrimRight(opts.Endpoint, "/")
-	if !strings.HasPrefix(opts.Endpoint, "http://") && !strings.HasPrefix(opts.Endpoint, "https://") {
+	ep, err := url.Parse(opts.Endpoint)
+	if err != nil || (ep.Scheme != "http" && ep.Scheme != "https") || ep.Host == "" {
 		return nil, fmt.Errorf("hub: endpoint %q is not an http(s) URL", opts.Endpoint)
 	}
 	if opts.CacheDir == "" {
@@ -101,6 +108,9 @@ func New(opts Options) (*Client, error) {
 	if opts.Retries <= 0 {
 		opts.Retries = 5
 	}
+	if opts.StallTimeout <= 0 {
+		opts.StallTimeout = 30 * time.Second
+	}
 	hc := opts.HTTPClient
 	if hc == nil {
 		hc = &http.Client{Transport: &http.Transport{
@@ -110,7 +120,7 @@ func New(opts Options) (*Client, error) {
 			MaxIdleConnsPerHost:   64,
 		}}
 	}
-	c := &Client{opts: opts}
+	c := &Client{opts: opts, host: ep.Host}
 	// Copy the client so the redirect policy (which strips credentials on
 	// the way to another host) does not change the caller's.
 	cp := *hc
@@ -125,18 +135,10 @@ func (c *Client) checkRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) >= 10 {
 		return errors.New("hub: too many redirects")
 	}
-	if req.URL.Host != hostOf(c.opts.Endpoint) {
+	if req.URL.Host != c.host {
 		req.Header.Del("Authorization")
 	}
 	return nil
-}
-
-func hostOf(u string) string {
-	s := u[strings.Index(u, "://")+3:]
-	if i := strings.IndexByte(s, '/'); i >= 0 {
-		s = s[:i]
-	}
-	return s
 }
 
 // Errors a caller can tell apart with errors.Is.
@@ -158,12 +160,12 @@ type RepoInfo struct {
 
 // FileInfo is one file of a repo.
 type FileInfo struct {
-	Path string
-	Size int64
+	Path string `json:"path"`
+	Size int64  `json:"size"`
 	// SHA256 is the LFS object id ("" for files kept in git).
-	SHA256 string
-	// BlobID is the git blob id.
-	BlobID string
+	SHA256 string `json:"sha256,omitempty"`
+	// BlobID is the git blob id (of the LFS pointer for LFS files).
+	BlobID string `json:"blob_id,omitempty"`
 }
 
 // etag is the name of the file's blob in the cache, as huggingface_hub names it.
@@ -174,14 +176,17 @@ func (f FileInfo) etag() string {
 	return f.BlobID
 }
 
-// Snapshot is a downloaded revision in the cache.
+// Snapshot is a downloaded revision in the cache; Dir is
+// snapshots/{commit}, whose files are links into blobs/.
 type Snapshot struct {
-	Dir                      string
-	RepoID, Revision, Commit string
-	Files                    []FileInfo
+	Dir      string     `json:"path"`
+	RepoID   string     `json:"repo_id"`
+	Revision string     `json:"revision"`
+	Commit   string     `json:"commit"`
+	Files    []FileInfo `json:"files"`
 }
 
-// DefaultInclude lists the files conversion needs.
+// DefaultInclude lists the files conversion needs (Snapshot's include nil).
 func DefaultInclude() []string {
 	return []string{"config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json",
 		"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",

@@ -1,8 +1,10 @@
-// Package hubtest is an in-process HuggingFace Hub for tests: the revision
-// API, resolve URLs that redirect LFS files to a second server standing for
-// the CDN, the X-Repo-Commit / X-Linked-Etag / X-Linked-Size / ETag headers,
-// Range requests, gated and missing repos with their X-Error-Code, and faults
-// on demand (a dropped connection, a 500, a flipped byte, a stall).
+// Package hubtest is an in-process HuggingFace Hub for tests (of hub,
+// convert and the CLI), speaking the protocol as huggingface_hub expects
+// it: the revision API, resolve URLs that redirect LFS files to a second
+// server standing for the CDN, the X-Repo-Commit / X-Linked-Etag /
+// X-Linked-Size / ETag headers, HEAD and Range requests, gated and missing
+// repos with their X-Error-Code, and faults on demand (a dropped
+// connection, 500s, a flipped byte, a stall). It counts requests.
 package hubtest
 
 import (
@@ -11,23 +13,32 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 )
 
 // Repo is a repository the server serves.
 type Repo struct {
+	// Files maps repo paths to contents.
 	Files map[string][]byte
-	// Commit is the sha the "main" revision resolves to (a fixed one by default).
+	// Commit is the sha "main" resolves to (default: sha1 of the repo id).
 	Commit string
 	// Gated repos answer 401 without a token and 403 with a token not in Allowed.
 	Gated   bool
 	Allowed []string
+	// NoBlobIDs leaves blobId out of the revision API's file list, so a
+	// client must ask the resolve URL (HEAD) for etags.
+	NoBlobIDs bool
 }
 
 // Faults are injected into downloads of one file path.
@@ -37,37 +48,65 @@ type Faults struct {
 	DropTimes int
 	// Fail500 answers 500 this many times before succeeding.
 	Fail500 int
-	// FlipByte corrupts the byte at this offset (-1: none) on every download.
+	// FlipByte corrupts the byte at this offset on every download (0 with
+	// Flip false: none).
 	FlipByte int64
+	Flip     bool
 	// Stall blocks the response until the request is cancelled.
 	Stall bool
+	// StallFrom, when > 0, stalls only requests whose range starts at or
+	// after this offset.
+	StallFrom int64
+	// IgnoreRange answers every GET with the whole file (200).
+	IgnoreRange bool
+}
+
+// file is a served file with the hashes the Hub reports for it.
+type file struct {
+	data          []byte
+	sha256, gitID string
+	lfs           bool
 }
 
 // Server is the fake Hub plus its CDN.
 type Server struct {
 	Hub, CDN *httptest.Server
-	// LFSThreshold: files at least this large are LFS (redirected to the CDN).
+	// LFSThreshold: files at least this large are LFS (as are weights and
+	// other binary files by extension). Set it before AddRepo.
 	LFSThreshold int
 
 	mu     sync.Mutex
 	repos  map[string]*Repo
+	files  map[string]map[string]*file // repo id -> path -> file
+	blobs  map[string]*file            // sha256 -> file, for the CDN
 	faults map[string]*Faults
-	blobs  map[string][]byte // sha256 -> content, for the CDN
-	oids   map[*byte]string  // first byte's address -> sha256 (hashes computed once)
-	gitIDs map[*byte]string
+	gets   map[string]int // content GETs per file path
 
 	// Requests counts requests to the hub and the CDN.
 	Requests atomic.Int64
+	// BytesServed counts file content bytes sent.
+	BytesServed atomic.Int64
 	// CDNAuthLeaks counts CDN requests that carried an Authorization header.
 	CDNAuthLeaks atomic.Int64
 }
 
 // New starts the servers; Close stops them.
 func New() *Server {
-	s := &Server{repos: map[string]*Repo{}, faults: map[string]*Faults{}, blobs: map[string][]byte{}, LFSThreshold: 1024,
-		oids: map[*byte]string{}, gitIDs: map[*byte]string{}}
+	s := &Server{repos: map[string]*Repo{}, files: map[string]map[string]*file{}, blobs: map[string]*file{},
+		faults: map[string]*Faults{}, gets: map[string]int{}, LFSThreshold: 1024}
 	s.CDN = httptest.NewServer(http.HandlerFunc(s.serveCDN))
 	s.Hub = httptest.NewServer(http.HandlerFunc(s.serveHub))
+	return s
+}
+
+// Start is New plus the repos, closed when the test ends.
+func Start(tb testing.TB, repos map[string]*Repo) *Server {
+	tb.Helper()
+	s := New()
+	tb.Cleanup(s.Close)
+	for id, r := range repos {
+		s.AddRepo(id, r)
+	}
 	return s
 }
 
@@ -77,27 +116,36 @@ func (s *Server) Close() {
 	s.CDN.Close()
 }
 
-// AddRepo registers a repository.
+// binaryExt are kept in LFS by the Hub's default .gitattributes.
+var binaryExt = map[string]bool{".safetensors": true, ".bin": true, ".model": true, ".pt": true,
+	".pth": true, ".gguf": true, ".npz": true, ".onnx": true, ".msgpack": true, ".h5": true}
+
+// IsLFS reports whether the server keeps a file in LFS (and redirects it to the CDN).
+func (s *Server) IsLFS(name string, b []byte) bool {
+	return len(b) >= s.LFSThreshold || binaryExt[path.Ext(name)]
+}
+
+// AddRepo registers a repository, hashing its files once.
 func (s *Server) AddRepo(id string, r *Repo) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if r.Commit == "" {
 		sum := sha1.Sum([]byte(id))
 		r.Commit = hex.EncodeToString(sum[:])
 	}
+	files := map[string]*file{}
 	for name, b := range r.Files {
-		if len(b) == 0 {
-			b = []byte{}
-			r.Files[name] = append(make([]byte, 0, 1), b...)
-			b = r.Files[name]
-		}
 		sum := sha256.Sum256(b)
-		oid := hex.EncodeToString(sum[:])
-		s.blobs[oid] = b
-		s.oids[key(b)] = oid
-		s.gitIDs[key(b)] = GitBlobID(b)
+		f := &file{data: b, sha256: hex.EncodeToString(sum[:]), gitID: GitBlobID(b), lfs: s.IsLFS(name, b)}
+		files[name] = f
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range files {
+		if f.lfs {
+			s.blobs[f.sha256] = f
+		}
 	}
 	s.repos[id] = r
+	s.files[id] = files
 }
 
 // SetFaults injects faults into downloads of path (in any repo).
@@ -105,6 +153,13 @@ func (s *Server) SetFaults(path string, f *Faults) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults[path] = f
+}
+
+// Gets counts the content GETs of path (in any repo, hub and CDN).
+func (s *Server) Gets(path string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gets[path]
 }
 
 // GitBlobID is git's object id of content, the etag of non-LFS files.
@@ -115,20 +170,13 @@ func GitBlobID(b []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-func (s *Server) isLFS(b []byte) bool { return len(b) >= s.LFSThreshold }
-
-// key identifies a file's content by its backing array.
-func key(b []byte) *byte { return &b[:1][0] }
-
-// hashes returns a file's sha256 and git blob id, computed once in AddRepo.
-func (s *Server) hashes(b []byte) (oid, gitID string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.oids[key(b)], s.gitIDs[key(b)]
+// lfsPointer is the pointer file git keeps for an LFS file.
+func lfsPointer(f *file) []byte {
+	return fmt.Appendf(nil, "version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %d\n", f.sha256, len(f.data))
 }
 
 // auth answers gated repos; it returns false when it wrote an error.
-func (s *Server) auth(w http.ResponseWriter, r *http.Request, repo *Repo) bool {
+func auth(w http.ResponseWriter, r *http.Request, repo *Repo) bool {
 	if !repo.Gated {
 		return true
 	}
@@ -150,16 +198,35 @@ func (s *Server) auth(w http.ResponseWriter, r *http.Request, repo *Repo) bool {
 	return false
 }
 
-func (s *Server) repo(id string) *Repo {
+// lookup finds repo id at rev as the Hub would, answering a missing repo
+// (401 RepoNotFound, as the Hub does for anonymous callers), a gated one,
+// or a missing revision itself and returning nil then.
+func (s *Server) lookup(w http.ResponseWriter, r *http.Request, id, rev string) (*Repo, map[string]*file) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.repos[id]
+	repo, files := s.repos[id], s.files[id]
+	s.mu.Unlock()
+	if repo == nil {
+		w.Header().Set("X-Error-Code", "RepoNotFound")
+		w.Header().Set("X-Error-Message", "Repository not found")
+		w.WriteHeader(http.StatusUnauthorized)
+		return nil, nil
+	}
+	if !auth(w, r, repo) {
+		return nil, nil
+	}
+	if rev != "main" && rev != repo.Commit {
+		w.Header().Set("X-Error-Code", "RevisionNotFound")
+		w.Header().Set("X-Error-Message", "Invalid rev id: "+rev)
+		w.WriteHeader(http.StatusNotFound)
+		return nil, nil
+	}
+	return repo, files
 }
 
 func (s *Server) serveHub(w http.ResponseWriter, r *http.Request) {
 	s.Requests.Add(1)
-	path := strings.TrimPrefix(r.URL.Path, "/")
-	if rest, ok := strings.CutPrefix(path, "api/models/"); ok {
+	p := strings.TrimPrefix(r.URL.Path, "/")
+	if rest, ok := strings.CutPrefix(p, "api/models/"); ok {
 		i := strings.Index(rest, "/revision/")
 		if i < 0 {
 			http.NotFound(w, r)
@@ -168,58 +235,37 @@ func (s *Server) serveHub(w http.ResponseWriter, r *http.Request) {
 		s.serveRevision(w, r, rest[:i], rest[i+len("/revision/"):])
 		return
 	}
-	parts := strings.SplitN(path, "/", 5) // org, name, "resolve", rev, file
+	parts := strings.SplitN(p, "/", 5) // org, name, "resolve", rev, file
 	if len(parts) < 5 || parts[2] != "resolve" {
 		http.NotFound(w, r)
 		return
 	}
-	id, rev, file := parts[0]+"/"+parts[1], parts[3], parts[4]
-	repo := s.lookup(w, r, id, rev)
+	id, rev, name := parts[0]+"/"+parts[1], parts[3], parts[4]
+	repo, files := s.lookup(w, r, id, rev)
 	if repo == nil {
 		return
 	}
-	b, ok := repo.Files[file]
+	f, ok := files[name]
 	if !ok {
 		w.Header().Set("X-Error-Code", "EntryNotFound")
+		w.Header().Set("X-Error-Message", "Entry not found")
 		w.WriteHeader(http.StatusNotFound)
 		return
 	}
 	w.Header().Set("X-Repo-Commit", repo.Commit)
-	oid, gitID := s.hashes(b)
-	if s.isLFS(b) {
-		w.Header().Set("X-Linked-Etag", `"`+oid+`"`)
-		w.Header().Set("X-Linked-Size", fmt.Sprint(len(b)))
-		w.Header().Set("ETag", `"`+GitBlobID([]byte("pointer "+oid))+`"`)
-		http.Redirect(w, r, s.CDN.URL+"/blobs/"+oid+"?file="+file, http.StatusFound)
+	if f.lfs {
+		w.Header().Set("X-Linked-Etag", `"`+f.sha256+`"`)
+		w.Header().Set("X-Linked-Size", strconv.Itoa(len(f.data)))
+		w.Header().Set("ETag", `"`+GitBlobID(lfsPointer(f))+`"`)
+		http.Redirect(w, r, s.CDN.URL+"/blobs/"+f.sha256+"?file="+name+"&X-Amz-Signature=test", http.StatusFound)
 		return
 	}
-	w.Header().Set("ETag", `"`+gitID+`"`)
-	s.serveContent(w, r, file, b)
-}
-
-// lookup finds repo id at rev as the Hub would, answering a missing repo
-// (401 RepoNotFound, as the Hub does for anonymous callers), a gated one, or
-// a missing revision itself and returning nil then.
-func (s *Server) lookup(w http.ResponseWriter, r *http.Request, id, rev string) *Repo {
-	repo := s.repo(id)
-	if repo == nil {
-		w.Header().Set("X-Error-Code", "RepoNotFound")
-		w.WriteHeader(http.StatusUnauthorized)
-		return nil
-	}
-	if !s.auth(w, r, repo) {
-		return nil
-	}
-	if rev != "main" && rev != repo.Commit {
-		w.Header().Set("X-Error-Code", "RevisionNotFound")
-		w.WriteHeader(http.StatusNotFound)
-		return nil
-	}
-	return repo
+	w.Header().Set("ETag", `"`+f.gitID+`"`)
+	s.serveContent(w, r, name, f.data)
 }
 
 func (s *Server) serveRevision(w http.ResponseWriter, r *http.Request, id, rev string) {
-	repo := s.lookup(w, r, id, rev)
+	repo, files := s.lookup(w, r, id, rev)
 	if repo == nil {
 		return
 	}
@@ -231,21 +277,26 @@ func (s *Server) serveRevision(w http.ResponseWriter, r *http.Request, id, rev s
 	type sibling struct {
 		RFilename string `json:"rfilename"`
 		Size      int    `json:"size"`
-		BlobID    string `json:"blobId"`
+		BlobID    string `json:"blobId,omitempty"`
 		LFS       *lfs   `json:"lfs,omitempty"`
 	}
-	var sib []sibling
-	for name, b := range repo.Files {
-		oid, gitID := s.hashes(b)
-		e := sibling{RFilename: name, Size: len(b), BlobID: gitID}
-		if s.isLFS(b) {
-			e.LFS = &lfs{SHA256: oid, Size: len(b), PointerSize: 134}
-			e.BlobID = GitBlobID([]byte("pointer"))
+	sib := []sibling{}
+	for name, f := range files {
+		e := sibling{RFilename: name, Size: len(f.data), BlobID: f.gitID}
+		if f.lfs {
+			ptr := lfsPointer(f)
+			e.LFS = &lfs{SHA256: f.sha256, Size: len(f.data), PointerSize: len(ptr)}
+			e.BlobID = GitBlobID(ptr)
+		}
+		if repo.NoBlobIDs {
+			e.BlobID = ""
 		}
 		sib = append(sib, e)
 	}
+	sort.Slice(sib, func(i, j int) bool { return sib[i].RFilename < sib[j].RFilename })
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(map[string]any{"id": id, "modelId": id, "sha": repo.Commit, "private": false, "gated": repo.Gated, "siblings": sib})
+	json.NewEncoder(w).Encode(map[string]any{"_id": "0", "id": id, "modelId": id, "sha": repo.Commit,
+		"private": false, "gated": repo.Gated, "siblings": sib})
 }
 
 func (s *Server) serveCDN(w http.ResponseWriter, r *http.Request) {
@@ -255,70 +306,85 @@ func (s *Server) serveCDN(w http.ResponseWriter, r *http.Request) {
 	}
 	oid := strings.TrimPrefix(r.URL.Path, "/blobs/")
 	s.mu.Lock()
-	b, ok := s.blobs[oid]
+	f, ok := s.blobs[oid]
 	s.mu.Unlock()
 	if !ok {
 		http.NotFound(w, r)
 		return
 	}
-	s.serveContent(w, r, r.URL.Query().Get("file"), b)
+	s.serveContent(w, r, r.URL.Query().Get("file"), f.data)
 }
 
-// serveContent serves b with Range support and the faults set for file.
-func (s *Server) serveContent(w http.ResponseWriter, r *http.Request, file string, b []byte) {
+// serveContent serves b with Range support and the faults set for name.
+func (s *Server) serveContent(w http.ResponseWriter, r *http.Request, name string, b []byte) {
 	s.mu.Lock()
-	f := s.faults[file]
-	var drop int64 = -1
-	var stall bool
-	flip := int64(-1)
-	if f != nil {
+	if r.Method == http.MethodGet {
+		s.gets[name]++
+	}
+	var fl Faults
+	drop := int64(-1)
+	if f := s.faults[name]; f != nil && r.Method == http.MethodGet {
+		fl = *f
 		if f.Fail500 > 0 {
 			f.Fail500--
-			s.mu.Unlock()
-			http.Error(w, "injected failure", http.StatusInternalServerError)
-			return
 		}
 		if f.DropTimes > 0 {
 			f.DropTimes--
 			drop = f.DropAfter
 		}
-		stall, flip = f.Stall, f.FlipByte
 	}
 	s.mu.Unlock()
-	if stall {
+	switch {
+	case fl.Fail500 > 0:
+		http.Error(w, "injected failure", http.StatusInternalServerError)
+		return
+	case fl.Stall, fl.StallFrom > 0 && rangeStart(r.Header.Get("Range")) >= fl.StallFrom:
 		<-r.Context().Done()
 		return
 	}
-	if flip >= 0 && flip < int64(len(b)) {
+	if fl.Flip && fl.FlipByte >= 0 && fl.FlipByte < int64(len(b)) {
 		b = bytes.Clone(b)
-		b[flip] ^= 0xff
+		b[fl.FlipByte] ^= 0xff
 	}
-	if drop >= 0 {
-		w = &dropWriter{ResponseWriter: w, left: drop}
+	if fl.IgnoreRange {
+		r.Header.Del("Range")
 	}
-	http.ServeContent(w, r, file, time.Time{}, bytes.NewReader(b))
-	if dw, ok := w.(*dropWriter); ok && dw.dropped {
+	cw := &countWriter{ResponseWriter: w, s: s, left: drop}
+	http.ServeContent(cw, r, path.Base(name), time.Time{}, bytes.NewReader(b))
+	if cw.dropped {
 		panic(http.ErrAbortHandler) // close the connection mid-body
 	}
 }
 
-// dropWriter stops writing after left bytes.
-type dropWriter struct {
+// rangeStart is the first byte a "bytes=a-b" header asks for (0 without one).
+func rangeStart(h string) int64 {
+	a, _, _ := strings.Cut(strings.TrimPrefix(h, "bytes="), "-")
+	v, _ := strconv.ParseInt(a, 10, 64)
+	return v
+}
+
+// countWriter counts body bytes and, when left >= 0, stops after left bytes.
+type countWriter struct {
 	http.ResponseWriter
+	s       *Server
 	left    int64
 	dropped bool
 }
 
-func (d *dropWriter) Write(p []byte) (int, error) {
-	if int64(len(p)) > d.left {
-		n, _ := d.ResponseWriter.Write(p[:d.left])
-		d.left = 0
-		d.dropped = true
-		if fl, ok := d.ResponseWriter.(http.Flusher); ok {
+func (c *countWriter) Write(p []byte) (int, error) {
+	if c.left >= 0 && int64(len(p)) > c.left {
+		n, _ := c.ResponseWriter.Write(p[:c.left])
+		c.s.BytesServed.Add(int64(n))
+		c.left, c.dropped = 0, true
+		if fl, ok := c.ResponseWriter.(http.Flusher); ok {
 			fl.Flush()
 		}
-		return n, fmt.Errorf("connection dropped")
+		return n, errors.New("hubtest: connection dropped")
 	}
-	d.left -= int64(len(p))
-	return d.ResponseWriter.Write(p)
+	if c.left >= 0 {
+		c.left -= int64(len(p))
+	}
+	n, err := c.ResponseWriter.Write(p)
+	c.s.BytesServed.Add(int64(n))
+	return n, err
 }
