@@ -1,0 +1,94 @@
+package model
+
+// Backend is the small set of operations the forward pass (forward.go) is
+// written against, once, for every architecture. The CPU backend (cpu.go)
+// implements it with goroutine-parallel kernels; a CUDA backend implements
+// the same methods with device-resident data. The contract is shaped so:
+//
+//   - Buffers and weights are opaque handles the backend allocates (Alloc,
+//     Upload, NewCache). The forward pass never touches their memory; only
+//     Read copies a result (logits, hidden states) back to the host. No
+//     operation implies a host copy.
+//   - Operations are enqueued in order and do not return errors: a backend
+//     that runs asynchronously (a CUDA stream) records the first failure and
+//     reports it from Read or Err, as CUDA's sticky errors do. The CPU backend
+//     runs each operation to completion before returning.
+//   - The step's variable inputs (token ids and the position of the first
+//     token) are set once per step by SetStep; Embed, Rope and Attention read
+//     them from backend state rather than from their arguments. A GPU backend
+//     keeps them in device memory, so a decode step (n = 1, same buffers,
+//     same arguments every time) can be captured once as a CUDA graph and
+//     replayed with only SetStep's small upload in between.
+//   - Shapes (n tokens, dims, heads) are plain arguments; they are fixed
+//     for decode, and prefill runs in chunks of at most the session's batch.
+//
+// Activations are row-major [n, dim] float32. A weight is [rows, cols]
+// (rows = output features); MatMul computes dst = x · Wᵀ, reading each
+// weight row once for all n tokens.
+type Backend interface {
+	// Name identifies the backend in messages ("cpu", "cuda").
+	Name() string
+	// Upload makes a weight resident on the backend. It is called once per
+	// weight and session; a backend may cache by *Weight.
+	Upload(w *Weight) (Mat, error)
+	// Alloc returns a zeroed buffer of n float32 values.
+	Alloc(n int) (Buf, error)
+	// View is the part [off, off+n) of a buffer, sharing its memory.
+	View(b Buf, off, n int) Buf
+	// NewCache allocates a key/value cache for layers layers, positions
+	// positions and kvDim values per position (keys and values each).
+	NewCache(layers, positions, kvDim int) (KVCache, error)
+
+	// SetStep sets the token ids of the next step and the position of the
+	// first of them.
+	SetStep(tokens []int, pos int) error
+	// Embed writes the step's token rows of table, times scale, into dst [n, cols].
+	Embed(dst Buf, table Mat, n int, scale float32)
+	// RMSNorm normalizes each of the n rows of x (length dim) into dst:
+	// x / sqrt(mean(x²) + eps) * w, or * (1 + w) when plusOne (Gemma).
+	RMSNorm(dst, x Buf, w Mat, n, dim int, eps float32, plusOne bool)
+	// MatMul computes dst[n, rows] = x[n, cols] · Wᵀ.
+	MatMul(dst, x Buf, w Mat, n int)
+	// Rope rotates x [n, heads*headDim] in place at the step's positions
+	// (HF rotate-half layout: pairs (i, i+headDim/2)), with the inverse
+	// frequencies invFreq [headDim/2] uploaded once as a weight.
+	Rope(x Buf, n, heads, headDim int, invFreq Mat)
+	// Attention stores the step's keys and values k, v [n, kvHeads*headDim]
+	// in layer's cache at the step's positions, then writes into out
+	// [n, heads*headDim] each query's causal attention over the cache
+	// (grouped-query: query head h reads kv head h/(heads/kvHeads); only the
+	// last Window positions when Window > 0).
+	Attention(out, q, k, v Buf, c KVCache, layer, n int, a AttnShape)
+	// GLU computes dst = act(gate) * up elementwise over n values.
+	GLU(dst, gate, up Buf, n int, act string)
+	// Add computes dst += x over n values.
+	Add(dst, x Buf, n int)
+
+	// Read waits for the enqueued work and copies len(dst) values of src,
+	// from off, to the host.
+	Read(dst []float32, src Buf, off int) error
+	// Err reports the first failure of an enqueued operation, if any.
+	Err() error
+}
+
+// Buf is an activation buffer owned by a backend (host memory on the CPU,
+// a device pointer on a GPU).
+type Buf interface {
+	// Len is the number of float32 values.
+	Len() int
+}
+
+// Mat is a weight resident on a backend.
+type Mat any
+
+// KVCache is a session's key/value cache on a backend.
+type KVCache any
+
+// AttnShape is the geometry of attention.
+type AttnShape struct {
+	Heads, KVHeads, HeadDim int
+	// Window limits attention to the last Window positions (0: all).
+	Window int
+	// Scale multiplies q·k (1/sqrt(HeadDim)).
+	Scale float32
+}

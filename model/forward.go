@@ -1,0 +1,298 @@
+package model
+
+import (
+	"context"
+	"fmt"
+	"math"
+)
+
+// SessionOptions tune a session.
+type SessionOptions struct {
+	// Backend runs the operations (nil: the CPU with GOMAXPROCS workers).
+	Backend Backend
+	// Context is the number of positions the KV cache holds (0: the
+	// model's max_position_embeddings, at most DefaultContext).
+	Context int
+	// Batch is the most tokens processed at once in prefill (0: 64).
+	Batch int
+}
+
+// DefaultContext caps the KV cache when SessionOptions.Context is 0, so
+// that models with very long position ranges (Mistral's 32768) do not
+// allocate gigabytes of cache up front.
+const DefaultContext = 4096
+
+// Session runs a model on a backend and holds the key/value cache of one
+// sequence: Forward appends tokens and returns logits.
+type Session struct {
+	m     *Model
+	be    Backend
+	cfg   Config
+	ctx   int
+	batch int
+	pos   int
+	cache KVCache
+
+	// weights on the backend
+	embed, norm, output, invFreq Mat
+	layers                       []layerMats
+
+	// activations [batch, ...]
+	x, xb, xb2, q, k, v, att, gate, up, logits Buf
+}
+
+// layerMats are one layer's weights on the backend.
+type layerMats struct {
+	attnNorm, ffnNorm, wq, wk, wv, wo, gate, up, down, attnSub, ffnSub Mat
+}
+
+// NewSession binds the model to a backend and allocates its cache and
+// activation buffers.
+func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
+	c := m.Config
+	s := &Session{m: m, be: opts.Backend, cfg: c, ctx: opts.Context, batch: opts.Batch}
+	if s.be == nil {
+		s.be = NewCPU(0)
+	}
+	if s.ctx <= 0 {
+		s.ctx = min(c.MaxPositions, DefaultContext)
+	}
+	if s.ctx > c.MaxPositions {
+		return nil, fmt.Errorf("model: context %d exceeds the model's max_position_embeddings %d", s.ctx, c.MaxPositions)
+	}
+	if s.batch <= 0 {
+		s.batch = 64
+	}
+	s.batch = min(s.batch, s.ctx)
+	up := func(name string) (Mat, error) {
+		w, ok := m.Weights[name]
+		if !ok {
+			return nil, fmt.Errorf("model: tensor %s is missing", name)
+		}
+		mat, err := s.be.Upload(w)
+		if err != nil {
+			return nil, fmt.Errorf("model: %s: upload %s: %w", s.be.Name(), name, err)
+		}
+		return mat, nil
+	}
+	var err error
+	if s.embed, err = up("model.embed_tokens.weight"); err != nil {
+		return nil, err
+	}
+	if s.norm, err = up("model.norm.weight"); err != nil {
+		return nil, err
+	}
+	if s.output, err = s.be.Upload(m.Output()); err != nil {
+		return nil, fmt.Errorf("model: %s: upload output: %w", s.be.Name(), err)
+	}
+	inv := c.InvFreq()
+	if s.invFreq, err = s.be.Upload(FloatWeight(1, len(inv), inv)); err != nil {
+		return nil, fmt.Errorf("model: %s: upload rope frequencies: %w", s.be.Name(), err)
+	}
+	for l := 0; l < c.NumLayers; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		var lm layerMats
+		for _, f := range []struct {
+			dst  *Mat
+			name string
+		}{
+			{&lm.attnNorm, "input_layernorm.weight"}, {&lm.ffnNorm, "post_attention_layernorm.weight"},
+			{&lm.wq, "self_attn.q_proj.weight"}, {&lm.wk, "self_attn.k_proj.weight"},
+			{&lm.wv, "self_attn.v_proj.weight"}, {&lm.wo, "self_attn.o_proj.weight"},
+			{&lm.gate, "mlp.gate_proj.weight"}, {&lm.up, "mlp.up_proj.weight"}, {&lm.down, "mlp.down_proj.weight"},
+		} {
+			if *f.dst, err = up(p + f.name); err != nil {
+				return nil, err
+			}
+		}
+		if c.SubNorms {
+			if lm.attnSub, err = up(p + "self_attn.attn_sub_norm.weight"); err != nil {
+				return nil, err
+			}
+			if lm.ffnSub, err = up(p + "mlp.ffn_sub_norm.weight"); err != nil {
+				return nil, err
+			}
+		}
+		s.layers = append(s.layers, lm)
+	}
+	kvDim := c.NumKVHeads * c.HeadDim
+	if s.cache, err = s.be.NewCache(c.NumLayers, s.ctx, kvDim); err != nil {
+		return nil, fmt.Errorf("model: %s: %w", s.be.Name(), err)
+	}
+	qDim := c.NumHeads * c.HeadDim
+	for _, b := range []struct {
+		dst *Buf
+		n   int
+	}{
+		{&s.x, c.HiddenSize}, {&s.xb, max(c.HiddenSize, qDim)}, {&s.xb2, c.HiddenSize},
+		{&s.q, qDim}, {&s.k, kvDim}, {&s.v, kvDim}, {&s.att, qDim},
+		{&s.gate, c.IntermediateSize}, {&s.up, c.IntermediateSize}, {&s.logits, c.VocabSize},
+	} {
+		if *b.dst, err = s.be.Alloc(s.batch * b.n); err != nil {
+			return nil, fmt.Errorf("model: %s: %w", s.be.Name(), err)
+		}
+	}
+	return s, nil
+}
+
+// Pos is the number of tokens in the cache (the position of the next token).
+func (s *Session) Pos() int { return s.pos }
+
+// Context is the number of positions the session holds.
+func (s *Session) Context() int { return s.ctx }
+
+// Model is the session's model.
+func (s *Session) Model() *Model { return s.m }
+
+// Reset empties the cache, starting a new sequence.
+func (s *Session) Reset() { s.pos = 0 }
+
+// CacheBytes is the memory of the key/value cache.
+func (s *Session) CacheBytes() int64 {
+	return int64(s.cfg.NumLayers) * int64(s.ctx) * int64(s.cfg.NumKVHeads*s.cfg.HeadDim) * 2 * 4
+}
+
+// Forward appends tokens to the sequence and returns the logits of the last one.
+func (s *Session) Forward(ctx context.Context, tokens []int) ([]float32, error) {
+	out, err := s.run(ctx, tokens, false, false)
+	if err != nil {
+		return nil, err
+	}
+	return out.Logits, nil
+}
+
+// ForwardOutput is what ForwardAll returns.
+type ForwardOutput struct {
+	// Logits are [n, vocab], one row per token.
+	Logits []float32
+	// Hidden, when asked for, holds NumLayers+1 residual streams [n, hidden]:
+	// the embeddings, then the output of each layer (before the final norm).
+	Hidden [][]float32
+}
+
+// ForwardAll appends tokens and returns the logits of every one of them
+// (for perplexity), and with hidden the residual stream after each layer.
+func (s *Session) ForwardAll(ctx context.Context, tokens []int, hidden bool) (*ForwardOutput, error) {
+	return s.run(ctx, tokens, true, hidden)
+}
+
+// run processes tokens in chunks of the batch size.
+func (s *Session) run(ctx context.Context, tokens []int, all, hidden bool) (*ForwardOutput, error) {
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("model: no tokens to process")
+	}
+	if s.pos+len(tokens) > s.ctx {
+		return nil, fmt.Errorf("model: %d tokens at position %d exceed the context of %d", len(tokens), s.pos, s.ctx)
+	}
+	for _, t := range tokens {
+		if t < 0 || t >= s.cfg.VocabSize {
+			return nil, fmt.Errorf("model: token id %d is outside the vocabulary of %d", t, s.cfg.VocabSize)
+		}
+	}
+	out := &ForwardOutput{}
+	if hidden {
+		out.Hidden = make([][]float32, s.cfg.NumLayers+1)
+	}
+	for lo := 0; lo < len(tokens); lo += s.batch {
+		chunk := tokens[lo:min(lo+s.batch, len(tokens))]
+		last := lo+len(chunk) == len(tokens)
+		if err := s.step(ctx, chunk, out, all, last, hidden); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// step runs the model over n ≤ batch tokens at the current position: the
+// whole forward pass, top to bottom.
+func (s *Session) step(ctx context.Context, tokens []int, out *ForwardOutput, all, last, hidden bool) error {
+	be, c, n := s.be, s.cfg, len(tokens)
+	dim, qDim, ffn := c.HiddenSize, c.NumHeads*c.HeadDim, c.IntermediateSize
+	eps := float32(c.RMSNormEps)
+	shape := AttnShape{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
+		Window: c.SlidingWindow, Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))}
+	if err := be.SetStep(tokens, s.pos); err != nil {
+		return fmt.Errorf("model: %s: %w", be.Name(), err)
+	}
+
+	// Token embeddings (Gemma scales them by sqrt(hidden)).
+	scale := float32(1)
+	if c.EmbedScale {
+		scale = float32(math.Sqrt(float64(dim)))
+	}
+	be.Embed(s.x, s.embed, n, scale)
+	if err := s.keepHidden(out, 0, n, hidden); err != nil {
+		return err
+	}
+
+	for l, w := range s.layers {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// Attention: norm, q/k/v projections, rotary embeddings, attention
+		// over the cache, (BitNet: sub-norm), output projection, residual.
+		be.RMSNorm(s.xb, s.x, w.attnNorm, n, dim, eps, c.NormPlusOne)
+		be.MatMul(s.q, s.xb, w.wq, n)
+		be.MatMul(s.k, s.xb, w.wk, n)
+		be.MatMul(s.v, s.xb, w.wv, n)
+		be.Rope(s.q, n, c.NumHeads, c.HeadDim, s.invFreq)
+		be.Rope(s.k, n, c.NumKVHeads, c.HeadDim, s.invFreq)
+		be.Attention(s.att, s.q, s.k, s.v, s.cache, l, n, shape)
+		if c.SubNorms {
+			be.RMSNorm(s.att, s.att, w.attnSub, n, qDim, eps, false)
+		}
+		be.MatMul(s.xb2, s.att, w.wo, n)
+		be.Add(s.x, s.xb2, n*dim)
+
+		// Gated MLP: norm, act(gate) * up, (BitNet: sub-norm), down, residual.
+		be.RMSNorm(s.xb, s.x, w.ffnNorm, n, dim, eps, c.NormPlusOne)
+		be.MatMul(s.gate, s.xb, w.gate, n)
+		be.MatMul(s.up, s.xb, w.up, n)
+		be.GLU(s.gate, s.gate, s.up, n*ffn, c.Activation)
+		if c.SubNorms {
+			be.RMSNorm(s.gate, s.gate, w.ffnSub, n, ffn, eps, false)
+		}
+		be.MatMul(s.xb2, s.gate, w.down, n)
+		be.Add(s.x, s.xb2, n*dim)
+		if err := s.keepHidden(out, l+1, n, hidden); err != nil {
+			return err
+		}
+	}
+
+	// Final norm and logits: for every row, or only the last token's.
+	rows, from := n, 0
+	if !all {
+		if !last {
+			s.pos += n
+			return be.Err()
+		}
+		rows, from = 1, n-1
+	}
+	x := be.View(s.x, from*dim, rows*dim)
+	xb := be.View(s.xb, 0, rows*dim)
+	be.RMSNorm(xb, x, s.norm, rows, dim, eps, c.NormPlusOne)
+	be.MatMul(s.logits, xb, s.output, rows)
+	logits := make([]float32, rows*c.VocabSize)
+	if err := be.Read(logits, s.logits, 0); err != nil {
+		return fmt.Errorf("model: %s: read logits: %w", be.Name(), err)
+	}
+	if err := be.Err(); err != nil {
+		return fmt.Errorf("model: %s: %w", be.Name(), err)
+	}
+	out.Logits = append(out.Logits, logits...)
+	s.pos += n
+	return nil
+}
+
+// keepHidden copies the residual stream to the host when asked.
+func (s *Session) keepHidden(out *ForwardOutput, layer, n int, hidden bool) error {
+	if !hidden {
+		return nil
+	}
+	h := make([]float32, n*s.cfg.HiddenSize)
+	if err := s.be.Read(h, s.x, 0); err != nil {
+		return fmt.Errorf("model: %s: read hidden state %d: %w", s.be.Name(), layer, err)
+	}
+	out.Hidden[layer] = append(out.Hidden[layer], h...)
+	return nil
+}

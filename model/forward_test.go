@@ -1,0 +1,126 @@
+package model
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"lowbit/internal/testmodels"
+	"lowbit/quantize"
+)
+
+// storiesExpected is stories260K/expected_greedy_200_tokens.json.
+type storiesExpected struct {
+	Prompt    []int       `json:"prompt_tokens"`
+	Generated []int       `json:"generated_tokens"`
+	Logits    [][]float32 `json:"logits_first4"`
+}
+
+func loadStories(t testing.TB) (*Model, storiesExpected) {
+	t.Helper()
+	dir := filepath.Dir(testmodels.Path(t, "stories260K-hf/model.safetensors"))
+	b, err := os.ReadFile(testmodels.Path(t, "stories260K/expected_greedy_200_tokens.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exp storiesExpected
+	if err := json.Unmarshal(b, &exp); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(context.Background(), dir, LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, exp
+}
+
+// greedy decodes steps tokens after prompt with argmax.
+func greedy(t testing.TB, s *Session, prompt []int, steps int) []int {
+	t.Helper()
+	ctx := context.Background()
+	logits, err := s.Forward(ctx, prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for i := 0; i < steps; i++ {
+		next := argmax(logits)
+		out = append(out, next)
+		if i == steps-1 {
+			break
+		}
+		if logits, err = s.Forward(ctx, []int{next}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func TestStories260KGreedy(t *testing.T) {
+	m, exp := loadStories(t)
+	for _, workers := range []int{1, 2} {
+		s, err := m.NewSession(SessionOptions{Backend: NewCPU(workers)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := greedy(t, s, exp.Prompt, len(exp.Generated))
+		for i := range exp.Generated {
+			if got[i] != exp.Generated[i] {
+				t.Fatalf("workers %d: token %d is %d, want %d (got %v)", workers, i, got[i], exp.Generated[i], got[:i+1])
+			}
+		}
+	}
+}
+
+func TestStories260KLogits(t *testing.T) {
+	m, exp := loadStories(t)
+	tokens := append([]int{exp.Prompt[0]}, exp.Generated[:3]...)
+	// The same positions through one batch, through single steps, and through
+	// batches of 3 then 1 must all match the reference.
+	for _, batch := range []int{64, 1, 3} {
+		s, err := m.NewSession(SessionOptions{Batch: batch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := s.ForwardAll(context.Background(), tokens, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := m.Config.VocabSize
+		for p := range tokens {
+			if e := quantize.RelL2(exp.Logits[p], out.Logits[p*v:(p+1)*v]); e > 1e-4 {
+				t.Errorf("batch %d: position %d: rel L2 %.3g", batch, p, e)
+			}
+		}
+		if len(out.Hidden) != m.Config.NumLayers+1 || len(out.Hidden[0]) != len(tokens)*m.Config.HiddenSize {
+			t.Errorf("hidden states: %d layers", len(out.Hidden))
+		}
+		if s.Pos() != len(tokens) {
+			t.Errorf("pos %d", s.Pos())
+		}
+	}
+}
+
+// TestStories260KQ8 runs the model quantized (linear, embedding and head at
+// q8) through the same forward pass: greedy output equals FP32's.
+func TestStories260KQ8(t *testing.T) {
+	m, exp := loadStories(t)
+	if err := m.Quantize(context.Background(), quantize.Q8, quantize.Options{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if m.Weights["model.layers.0.mlp.up_proj.weight"].Q == nil || m.Weights["model.embed_tokens.weight"].Q == nil {
+		t.Fatal("weights were not quantized")
+	}
+	s, err := m.NewSession(SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := greedy(t, s, exp.Prompt, 32)
+	for i := range got {
+		if got[i] != exp.Generated[i] {
+			t.Fatalf("q8 token %d is %d, FP32 gives %d", i, got[i], exp.Generated[i])
+		}
+	}
+}

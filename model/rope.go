@@ -1,0 +1,45 @@
+package model
+
+import "math"
+
+// InvFreq is the rotary embedding's inverse frequency for each of the
+// headDim/2 rotated pairs, with the config's scaling applied, computed in
+// float32 as transformers does: 1 / theta^(2i/d), then divided by the
+// factor (linear) or smoothly between low and high frequencies (llama3).
+// Dynamic NTK scaling changes nothing within max_position_embeddings, and
+// a session never runs past it, so it is the default here.
+func (c Config) InvFreq() []float32 {
+	half := c.HeadDim / 2
+	inv := make([]float32, half)
+	for i := range inv {
+		e := float32(2*i) / float32(c.HeadDim)
+		inv[i] = 1 / float32(math.Pow(c.RopeTheta, float64(e)))
+	}
+	s := c.RopeScaling
+	if s == nil {
+		return inv
+	}
+	switch s.Type {
+	case "linear":
+		for i := range inv {
+			inv[i] /= float32(s.Factor)
+		}
+	case "llama3":
+		old := float64(s.OriginalMaxPositionEmbeddings)
+		lowWavelen := old / s.LowFreqFactor
+		highWavelen := old / s.HighFreqFactor
+		for i, f := range inv {
+			wavelen := 2 * math.Pi / float64(f)
+			switch {
+			case wavelen < highWavelen:
+				// high frequency: kept
+			case wavelen > lowWavelen:
+				inv[i] = f / float32(s.Factor)
+			default:
+				smooth := (old/wavelen - s.LowFreqFactor) / (s.HighFreqFactor - s.LowFreqFactor)
+				inv[i] = float32((1-smooth)*float64(f)/s.Factor + smooth*float64(f))
+			}
+		}
+	}
+	return inv
+}

@@ -1,0 +1,318 @@
+package model
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"lowbit/manifest"
+	"lowbit/quantize"
+	"lowbit/safetensors"
+)
+
+// Weight is one tensor of the model, either plain float32 (the exact
+// reference path) or a quantized matrix, so that "multiply by a weight" is
+// one operation whatever the format. Vectors (norm gains) have Rows = 1.
+type Weight struct {
+	Rows, Cols int
+	// F32 holds Rows*Cols floats when the weight is not quantized.
+	F32 []float32
+	// Q holds the packed weight when it is quantized.
+	Q *quantize.Tensor
+}
+
+// FloatWeight wraps a [rows, cols] float32 matrix.
+func FloatWeight(rows, cols int, w []float32) *Weight {
+	return &Weight{Rows: rows, Cols: cols, F32: w}
+}
+
+// QuantWeight wraps a quantized matrix.
+func QuantWeight(t *quantize.Tensor) *Weight {
+	return &Weight{Rows: t.Rows, Cols: t.Cols, Q: t}
+}
+
+// Format is the storage format of the weight (f32 for float weights).
+func (w *Weight) Format() quantize.Format {
+	if w.Q != nil {
+		return w.Q.Format
+	}
+	return quantize.F32
+}
+
+// Bytes is the memory the weight's data takes.
+func (w *Weight) Bytes() int64 {
+	if w.Q == nil {
+		return int64(len(w.F32)) * 4
+	}
+	return int64(len(w.Q.Data) + 2*len(w.Q.Scales) + 2*len(w.Q.Mins) + 4)
+}
+
+// Row writes row r of the weight, dequantized, into dst (len >= Cols).
+func (w *Weight) Row(r int, dst []float32) {
+	if w.Q != nil {
+		w.Q.DequantizeRow(r, dst)
+		return
+	}
+	copy(dst, w.F32[r*w.Cols:(r+1)*w.Cols])
+}
+
+// check verifies that the weight holds the data its shape needs.
+func (w *Weight) check(name string) error {
+	if w == nil {
+		return fmt.Errorf("model: tensor %s is nil", name)
+	}
+	if w.Q != nil {
+		if w.Q.Rows != w.Rows || w.Q.Cols != w.Cols {
+			return fmt.Errorf("model: tensor %s: quantized shape [%d, %d] differs from [%d, %d]", name, w.Q.Rows, w.Q.Cols, w.Rows, w.Cols)
+		}
+		if err := w.Q.Validate(); err != nil {
+			return fmt.Errorf("model: tensor %s: %w", name, err)
+		}
+		return nil
+	}
+	if len(w.F32) != w.Rows*w.Cols {
+		return fmt.Errorf("model: tensor %s has %d values, want %d for [%d, %d]", name, len(w.F32), w.Rows*w.Cols, w.Rows, w.Cols)
+	}
+	return nil
+}
+
+// Model is an architecture with its weights, ready to run through a Backend.
+type Model struct {
+	Config Config
+	// Weights maps HF tensor names to weights (lm_head.weight is absent when tied).
+	Weights map[string]*Weight
+	// Dir is the directory the model was loaded from ("" when built in memory).
+	Dir string
+	// LoadDuration is the time Load took.
+	LoadDuration time.Duration
+}
+
+// LoadOptions tune Load.
+type LoadOptions struct {
+	// Quantize, when a quantized format, quantizes the linear weights of a
+	// float (HF) directory at load time; the embedding and the output head
+	// are stored as q8. Empty keeps floats. Ignored for lowbit directories.
+	Quantize quantize.Format
+	// GroupSize is the group of Quantize (0: the format's default).
+	GroupSize int
+	// Workers bounds the goroutines used to quantize (0: GOMAXPROCS).
+	Workers int
+}
+
+// Load reads a model directory: a converted lowbit directory (manifest.json,
+// checked for version and checksums) or a HuggingFace directory
+// (config.json and safetensors in F32, F16 or BF16, converted to float32).
+func Load(ctx context.Context, dir string, opts LoadOptions) (*Model, error) {
+	start := time.Now()
+	var m *Model
+	var err error
+	if _, serr := os.Stat(filepath.Join(dir, manifest.FileName)); serr == nil {
+		m, err = loadLowbit(dir)
+	} else {
+		m, err = loadHF(ctx, dir, opts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	m.Dir = dir
+	m.LoadDuration = time.Since(start)
+	return m, nil
+}
+
+// loadHF reads config.json and float safetensors.
+func loadHF(ctx context.Context, dir string, opts LoadOptions) (*Model, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("model: %s has neither %s (a lowbit model) nor config.json (a HuggingFace model)", dir, manifest.FileName)
+		}
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	cfg, err := ParseHFConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("model: %s: %w", dir, err)
+	}
+	set, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	defer set.Close()
+	weights := map[string]*Weight{}
+	for _, name := range cfg.ExpectedTensors() {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		info, ok := set.Info(name)
+		if !ok {
+			return nil, fmt.Errorf("model: %s: tensor %s is missing", dir, name)
+		}
+		rows, cols, err := matrixShape(cfg, name, info.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("model: %s: %w", dir, err)
+		}
+		b, err := set.Data(name)
+		if err != nil {
+			return nil, fmt.Errorf("model: %s: tensor %s: %w", dir, name, err)
+		}
+		w := make([]float32, rows*cols)
+		if err := safetensors.ToFloat32(info.DType, b, w); err != nil {
+			return nil, fmt.Errorf("model: %s: tensor %s: %w", dir, name, err)
+		}
+		weights[name] = FloatWeight(rows, cols, w)
+	}
+	m, err := New(cfg, weights)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Quantize != "" && opts.Quantize != quantize.F32 {
+		if err := m.Quantize(ctx, opts.Quantize, quantize.Options{GroupSize: opts.GroupSize}, opts.Workers); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// matrixShape checks a stored shape against the configuration and returns
+// it as rows and columns (vectors are one row).
+func matrixShape(cfg Config, name string, shape []int64) (rows, cols int, err error) {
+	want := cfg.TensorShape(name)
+	if fmt.Sprint(want) != fmt.Sprint(shape) {
+		return 0, 0, fmt.Errorf("tensor %s has shape %v, the config needs %v", name, shape, want)
+	}
+	if len(want) == 1 {
+		return 1, int(want[0]), nil
+	}
+	return int(want[0]), int(want[1]), nil
+}
+
+// loadLowbit reads a converted directory through its manifest.
+func loadLowbit(dir string) (*Model, error) {
+	d, err := manifest.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	defer d.Close()
+	var cfg Config
+	if err := json.Unmarshal(d.Manifest.Architecture, &cfg); err != nil {
+		return nil, fmt.Errorf("model: %s: manifest architecture: %w", dir, err)
+	}
+	if err := cfg.Check(); err != nil {
+		return nil, fmt.Errorf("model: %s: manifest architecture: %w", dir, err)
+	}
+	weights := map[string]*Weight{}
+	for _, name := range cfg.ExpectedTensors() {
+		t, ok := d.Manifest.Tensor(name)
+		if !ok {
+			return nil, fmt.Errorf("model: %s: tensor %s is missing from the manifest", dir, name)
+		}
+		rows, cols, err := matrixShape(cfg, name, t.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("model: %s: %w", dir, err)
+		}
+		f, err := quantize.ParseFormat(t.Format)
+		if err != nil {
+			return nil, fmt.Errorf("model: %s: tensor %s: %w", dir, name, err)
+		}
+		if f.Quantized() {
+			q, err := d.Weight(name)
+			if err != nil {
+				return nil, fmt.Errorf("model: %w", err)
+			}
+			// The mapping is closed when Load returns: keep a copy.
+			q.Data = append([]byte(nil), q.Data...)
+			weights[name] = QuantWeight(q)
+			continue
+		}
+		w, _, err := d.Float32(name)
+		if err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
+		weights[name] = FloatWeight(rows, cols, w)
+	}
+	return New(cfg, weights)
+}
+
+// New assembles a model from its configuration and weights (HF names),
+// checking that every tensor the architecture needs is there with its shape.
+func New(cfg Config, weights map[string]*Weight) (*Model, error) {
+	if err := cfg.Check(); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	for _, name := range cfg.ExpectedTensors() {
+		w, ok := weights[name]
+		if !ok || w == nil {
+			return nil, fmt.Errorf("model: tensor %s is missing", name)
+		}
+		want := cfg.TensorShape(name)
+		rows, cols := 1, int(want[0])
+		if len(want) == 2 {
+			rows, cols = int(want[0]), int(want[1])
+		}
+		if w.Rows != rows || w.Cols != cols {
+			return nil, fmt.Errorf("model: tensor %s has shape [%d, %d], the config needs %v", name, w.Rows, w.Cols, want)
+		}
+		if err := w.check(name); err != nil {
+			return nil, err
+		}
+		if cfg.TensorRole(name) == RoleNorm && w.Q != nil {
+			return nil, fmt.Errorf("model: norm %s must be float, is %s", name, w.Q.Format)
+		}
+	}
+	return &Model{Config: cfg, Weights: weights}, nil
+}
+
+// Quantize replaces the float linear weights by format f and the embedding
+// and output head by q8, in place; norms stay float32. It lets an HF
+// directory run quantized without converting it first (and tests compare
+// the two paths).
+func (m *Model) Quantize(ctx context.Context, f quantize.Format, opt quantize.Options, workers int) error {
+	if !f.Quantized() {
+		return fmt.Errorf("model: cannot quantize to %q", f)
+	}
+	for _, name := range m.Config.ExpectedTensors() {
+		w := m.Weights[name]
+		if w.Q != nil {
+			continue
+		}
+		var format quantize.Format
+		switch m.Config.TensorRole(name) {
+		case RoleLinear:
+			format = f
+		case RoleEmbedding, RoleOutput:
+			format = quantize.Q8
+		default:
+			continue
+		}
+		o := opt
+		if format != f {
+			o.GroupSize = 0
+		}
+		q, err := quantize.Quantize(ctx, format, w.F32, w.Rows, w.Cols, o)
+		if err != nil {
+			return fmt.Errorf("model: quantize %s: %w", name, err)
+		}
+		m.Weights[name] = QuantWeight(q)
+	}
+	return nil
+}
+
+// WeightBytes is the memory the weights take.
+func (m *Model) WeightBytes() int64 {
+	var n int64
+	for _, w := range m.Weights {
+		n += w.Bytes()
+	}
+	return n
+}
+
+// Output is the weight of the logits: lm_head, or the embedding when tied.
+func (m *Model) Output() *Weight {
+	if w, ok := m.Weights["lm_head.weight"]; ok && !m.Config.TieEmbeddings {
+		return w
+	}
+	return m.Weights["model.embed_tokens.weight"]
+}
