@@ -123,27 +123,43 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// hubError is an error with its own message that errors.Is matches to
+// one of the Err* kinds.
+type hubError struct {
+	kind error
+	msg  string
+}
+
+func (e *hubError) Error() string { return e.msg }
+func (e *hubError) Unwrap() error { return e.kind }
+
+func newError(kind error, format string, args ...any) error {
+	return &hubError{kind: kind, msg: "hub: " + fmt.Sprintf(format, args...)}
+}
+
 // apiError turns an error answer into a message that says what is wrong
-// and how to fix it, wrapping one of the Err* values.
-func apiError(status int, h http.Header, repo, revision, path string) error {
+// and how to fix it, matching one of the Err* kinds.
+func (c *Client) apiError(status int, h http.Header, repo, revision, path string) error {
 	code := h.Get("X-Error-Code")
 	msg := h.Get("X-Error-Message")
 	statusText := strconv.Itoa(status) + " " + http.StatusText(status)
 	switch {
+	case code == "GatedRepo" && c.opts.Token == "":
+		return newError(ErrGated, "repo %s is gated: accept its license at https://huggingface.co/%s and set HF_TOKEN or run `huggingface-cli login`", repo, repo)
 	case code == "GatedRepo":
-		return fmt.Errorf("%w: %s is gated: accept its license at https://huggingface.co/%s, then set HF_TOKEN or run `huggingface-cli login` with an account that has access", ErrGated, repo, repo)
+		return newError(ErrGated, "repo %s is gated and your token has no access to it: accept its license at https://huggingface.co/%s with the account of the token in HF_TOKEN (or of `huggingface-cli login`)", repo, repo)
 	case code == "RepoNotFound":
-		return fmt.Errorf("%w: %s does not exist, or is private and your token cannot see it (set HF_TOKEN or run `huggingface-cli login`)", ErrRepoNotFound, repo)
+		return newError(ErrRepoNotFound, "repo %s not found: it does not exist, or it is private and your token cannot see it (set HF_TOKEN or run `huggingface-cli login`)", repo)
 	case code == "RevisionNotFound":
-		return fmt.Errorf("%w: %s has no revision %q", ErrRevisionNotFound, repo, revision)
+		return newError(ErrRevisionNotFound, "repo %s has no revision %q", repo, revision)
 	case code == "EntryNotFound":
-		return fmt.Errorf("%w: %s has no file %s at %s", ErrEntryNotFound, repo, path, revision)
+		return newError(ErrEntryNotFound, "repo %s has no file %s at %s", repo, path, revision)
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		return fmt.Errorf("%w: %s answered %s (set HF_TOKEN or run `huggingface-cli login`)%s", ErrUnauthorized, repo, statusText, suffix(msg))
+		return newError(ErrUnauthorized, "repo %s: %s: not authorized (set HF_TOKEN or run `huggingface-cli login`)%s", repo, statusText, suffix(msg))
 	case status == http.StatusNotFound && path == "":
-		return fmt.Errorf("%w: %s@%s: %s%s", ErrRepoNotFound, repo, revision, statusText, suffix(msg))
+		return newError(ErrRepoNotFound, "repo %s (revision %q) not found: %s%s", repo, revision, statusText, suffix(msg))
 	case status == http.StatusNotFound:
-		return fmt.Errorf("%w: %s has no file %s at %s%s", ErrEntryNotFound, repo, path, revision, suffix(msg))
+		return newError(ErrEntryNotFound, "repo %s has no file %s at %s%s", repo, path, revision, suffix(msg))
 	}
 	return fmt.Errorf("hub: %s %s: %s%s", repo, path, statusText, suffix(msg))
 }
@@ -177,7 +193,7 @@ func (c *Client) Resolve(ctx context.Context, repoID, revision string) (*RepoInf
 		return nil, err
 	}
 	if c.opts.Offline {
-		return nil, fmt.Errorf("%w: cannot resolve %s@%s while offline", ErrOffline, repoID, revision)
+		return nil, newError(ErrOffline, "offline: cannot resolve %s@%s", repoID, revision)
 	}
 	u := fmt.Sprintf("%s/api/models/%s/revision/%s?blobs=true", c.opts.Endpoint, repoID, url.PathEscape(revision))
 	resp, body, err := c.api(ctx, u)
@@ -185,7 +201,7 @@ func (c *Client) Resolve(ctx context.Context, repoID, revision string) (*RepoInf
 		return nil, fmt.Errorf("hub: resolve %s@%s: %w", repoID, revision, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, apiError(resp.StatusCode, resp.Header, repoID, revision, "")
+		return nil, c.apiError(resp.StatusCode, resp.Header, repoID, revision, "")
 	}
 	return parseRevision(repoID, revision, body)
 }
@@ -266,7 +282,7 @@ func (c *Client) head(ctx context.Context, repoID, commit string, f FileInfo) (F
 		}
 		resp.Body.Close()
 		if resp.StatusCode >= 400 {
-			return f, apiError(resp.StatusCode, resp.Header, repoID, commit, f.Path)
+			return f, c.apiError(resp.StatusCode, resp.Header, repoID, commit, f.Path)
 		}
 		etag := trimETag(resp.Header.Get("X-Linked-Etag"))
 		lfs := etag != ""

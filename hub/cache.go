@@ -141,11 +141,11 @@ func CachedSnapshot(cacheDir, repoID, revision string, include []string) (*Snaps
 	}
 	p := pathsFor(cacheDir, repoID)
 	if _, err := os.Stat(p.root); err != nil {
-		return nil, fmt.Errorf("%w: %s is not in the cache %s (run `lowbit download %s` while online)", ErrOffline, repoID, cacheDir, repoID)
+		return nil, newError(ErrOffline, "offline: %s is not in the cache %s (run `lowbit download %s` while online)", repoID, cacheDir, repoID)
 	}
 	commit, err := p.commitFor(revision)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s has no cached revision %q (refs/%s is missing)", ErrOffline, repoID, revision, revision)
+		return nil, newError(ErrOffline, "offline: %s has no cached revision %q (refs/%s is missing; run `lowbit download` while online)", repoID, revision, revision)
 	}
 	dir := filepath.Join(p.snapshots, commit)
 	s := &Snapshot{Dir: dir, RepoID: repoID, Revision: revision, Commit: commit}
@@ -163,7 +163,7 @@ func CachedSnapshot(cacheDir, repoID, revision string, include []string) (*Snaps
 		}
 		st, err := os.Stat(path) // follows the link: a dangling one is missing data
 		if err != nil {
-			return fmt.Errorf("%w: %s@%s: %s points at a missing blob", ErrOffline, repoID, revision, rel)
+			return newError(ErrOffline, "offline: %s@%s: %s points at a missing blob", repoID, revision, rel)
 		}
 		f := FileInfo{Path: rel, Size: st.Size()}
 		if target, err := os.Readlink(path); err == nil {
@@ -179,7 +179,7 @@ func CachedSnapshot(cacheDir, repoID, revision string, include []string) (*Snaps
 	})
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %s@%s: snapshot %s is missing", ErrOffline, repoID, revision, commit)
+			return nil, newError(ErrOffline, "offline: %s@%s: snapshot %s is missing", repoID, revision, commit)
 		}
 		return nil, err
 	}
@@ -198,10 +198,10 @@ func CachedSnapshot(cacheDir, repoID, revision string, include []string) (*Snaps
 		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("%w: %s@%s is cached without %s", ErrOffline, repoID, revision, strings.Join(missing, ", "))
+		return nil, newError(ErrOffline, "offline: %s@%s is cached without %s", repoID, revision, strings.Join(missing, ", "))
 	}
 	if len(s.Files) == 0 {
-		return nil, fmt.Errorf("%w: %s@%s has no cached file matching %v", ErrOffline, repoID, revision, include)
+		return nil, newError(ErrOffline, "offline: %s@%s has no cached file matching %v", repoID, revision, include)
 	}
 	return s, nil
 }

@@ -79,6 +79,9 @@ func (c *Client) Snapshot(ctx context.Context, repoID, revision string, include 
 	for _, f := range files {
 		g.Go(func() error {
 			if err := c.fetchFile(gctx, j, f); err != nil {
+				if he := (*hubError)(nil); errors.As(err, &he) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+					return err // says what and where already
+				}
 				return fmt.Errorf("hub: %s/%s: %w", repoID, f.Path, err)
 			}
 			if err := p.link(info.Commit, f.Path, f.etag()); err != nil {
@@ -115,7 +118,7 @@ func selectFiles(info *RepoInfo, include []string) ([]FileInfo, error) {
 	where := info.RepoID + "@" + info.Revision
 	for _, g := range include {
 		if !strings.ContainsAny(g, "*?[") && !hasFile(files, g) {
-			return nil, fmt.Errorf("%w: %s has no file %s", ErrEntryNotFound, where, g)
+			return nil, newError(ErrEntryNotFound, "%s has no file %s", where, g)
 		}
 	}
 	if include == nil && !hasSafetensors(files) {
@@ -189,7 +192,7 @@ func (c *Client) fetchFile(ctx context.Context, j *job, f FileInfo) (err error) 
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != want {
 		os.Remove(d.part)
-		return fmt.Errorf("%w: content hashes to %s, the Hub lists %s (corrupt download, removed; run again)", ErrChecksum, got, want)
+		return newError(ErrChecksum, "%s/%s: checksum mismatch: the download hashes to %s, the Hub lists %s (corrupt download, removed; run again)", j.info.RepoID, f.Path, got, want)
 	}
 	if err := os.Rename(d.part, blob); err != nil {
 		return fmt.Errorf("cache: %w", err)
@@ -497,7 +500,7 @@ func (c *Client) getRange(ctx context.Context, j *job, d *dest, f *os.File, off,
 			return 0, stalled(actx, err)
 		}
 	default:
-		return 0, apiError(resp.StatusCode, resp.Header, j.info.RepoID, j.info.Commit, d.file.Path)
+		return 0, c.apiError(resp.StatusCode, resp.Header, j.info.RepoID, j.info.Commit, d.file.Path)
 	}
 	n, err := copyAt(f, off, &idleReader{r: io.LimitReader(body, end-off), timer: timer, d: c.opts.StallTimeout}, h, d.bar)
 	return n, stalled(actx, err)

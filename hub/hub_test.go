@@ -270,7 +270,7 @@ func TestErrors(t *testing.T) {
 	}{
 		{"gated no token", "meta/gated", "main", "", nil, ErrGated, "huggingface-cli login"},
 		{"gated no access", "meta/gated", "main", "bad", nil, ErrGated, "accept its license at https://huggingface.co/meta/gated"},
-		{"missing repo", "org/nothing", "main", "", nil, ErrRepoNotFound, "org/nothing does not exist"},
+		{"missing repo", "org/nothing", "main", "", nil, ErrRepoNotFound, "org/nothing not found: it does not exist"},
 		{"missing revision", "org/model", "v9", "", nil, ErrRevisionNotFound, `no revision "v9"`},
 		{"missing file", "org/model", "main", "", []string{"config.json", "tokenizer.model"}, ErrEntryNotFound, "no file tokenizer.model"},
 		{"no match", "org/model", "main", "", []string{"nothing*"}, nil, "no file of org/model@main matches"},
