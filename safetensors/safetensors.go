@@ -14,15 +14,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/bits"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
+	"unicode/utf8"
 )
 
-// MaxHeaderSize bounds the JSON header (the reference implementation uses 100 MB).
-const MaxHeaderSize = 100 << 20
+// MaxHeaderSize bounds the JSON header, as the reference implementation does
+// (100 MB), so a corrupt size cannot make a reader allocate or parse gigabytes.
+const MaxHeaderSize = 100_000_000
 
 // DType is a tensor element type as the format spells it.
 type DType string
@@ -67,6 +71,9 @@ type header struct {
 // parseHeader checks a JSON header against the format's rules; dataSize is
 // the number of bytes after the header (the whole data section).
 func parseHeader(js []byte, dataSize int64) (*header, error) {
+	if !utf8.Valid(js) {
+		return nil, errors.New("header is not valid UTF-8")
+	}
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.UseNumber()
 	tok, err := dec.Token()
@@ -95,10 +102,9 @@ func parseHeader(js []byte, dataSize int64) (*header, error) {
 			continue
 		}
 		var raw struct {
-			DType       *DType          `json:"dtype"`
-			Shape       []json.Number   `json:"shape"`
-			DataOffsets []json.Number   `json:"data_offsets"`
-			Extra       json.RawMessage `json:"-"`
+			DType       *DType        `json:"dtype"`
+			Shape       []json.Number `json:"shape"`
+			DataOffsets []json.Number `json:"data_offsets"`
 		}
 		if err := dec.Decode(&raw); err != nil {
 			return nil, fmt.Errorf("tensor %q: %w", name, err)
@@ -183,8 +189,11 @@ func checkEntry(name string, dt *DType, shape, offsets []json.Number) (TensorInf
 		return t, fmt.Errorf("tensor %q: invalid data_offsets %v (end before begin)", name, offsets)
 	}
 	hi, want := bits.Mul64(n, uint64(t.DType.Size()))
-	if hi != 0 || want != uint64(t.End-t.Begin) {
-		return t, fmt.Errorf("tensor %q: shape %v of %s needs %d bytes but data_offsets span %d", name, t.Shape, t.DType, n*uint64(t.DType.Size()), t.End-t.Begin)
+	if hi != 0 || want > math.MaxInt64 {
+		return t, fmt.Errorf("tensor %q: shape %v of %s is too large", name, t.Shape, t.DType)
+	}
+	if want != uint64(t.End-t.Begin) {
+		return t, fmt.Errorf("tensor %q: shape %v of %s needs %d bytes but data_offsets span %d", name, t.Shape, t.DType, want, t.End-t.Begin)
 	}
 	return t, nil
 }
@@ -245,10 +254,10 @@ func parse(path string, data []byte) (*File, error) {
 func (f *File) Path() string { return f.path }
 
 // Metadata is the header's __metadata__ (nil when absent).
-func (f *File) Metadata() map[string]string { return f.h.metadata }
+func (f *File) Metadata() map[string]string { return maps.Clone(f.h.metadata) }
 
-// Tensors lists the tensors in offset order.
-func (f *File) Tensors() []TensorInfo { return f.h.tensors }
+// Tensors lists the tensors in offset order (a copy the caller may keep).
+func (f *File) Tensors() []TensorInfo { return slices.Clone(f.h.tensors) }
 
 // Info describes a tensor.
 func (f *File) Info(name string) (TensorInfo, bool) {
@@ -267,6 +276,9 @@ func (f *File) Data(name string) ([]byte, error) {
 	t, ok := f.Info(name)
 	if !ok {
 		return nil, fmt.Errorf("safetensors: %s has no tensor %q", f.path, name)
+	}
+	if f.data == nil && t.End > t.Begin {
+		return nil, fmt.Errorf("safetensors: %s: tensor %q read after Close", f.path, name)
 	}
 	return f.data[f.dataOff+t.Begin : f.dataOff+t.End : f.dataOff+t.End], nil
 }

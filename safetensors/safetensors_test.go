@@ -118,6 +118,142 @@ func TestWriterRefusesIncomplete(t *testing.T) {
 	}
 }
 
+func TestWriterChecks(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name  string
+		specs []Spec
+		want  string
+	}{
+		{"unknown dtype", []Spec{{Name: "a", DType: "F12", Shape: []int64{1}}}, "unknown dtype"},
+		{"negative dim", []Spec{{Name: "a", DType: "F32", Shape: []int64{-2}}}, "negative dimension"},
+		{"overflow", []Spec{{Name: "a", DType: "F32", Shape: []int64{1 << 40, 1 << 40}}}, "too large"},
+		{"file overflow", []Spec{{Name: "a", DType: "U8", Shape: []int64{1 << 62}}, {Name: "b", DType: "U8", Shape: []int64{1 << 62}}}, "exceed"},
+		{"duplicate", []Spec{{Name: "a", DType: "U8"}, {Name: "a", DType: "U8"}}, "declared twice"},
+		{"metadata name", []Spec{{Name: "__metadata__", DType: "U8"}}, "invalid tensor name"},
+		{"empty name", []Spec{{Name: "", DType: "U8"}}, "invalid tensor name"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, "x.safetensors")
+			_, err := Create(path, tc.specs, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("files left behind: %v", left)
+	}
+}
+
+func TestWriterTempAndRename(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "m.safetensors")
+	specs := []Spec{{Name: "a", DType: "U8", Shape: []int64{4}}}
+	w, err := Create(path, specs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Error("file visible under its final name before Close")
+	}
+	if err := w.Write("a", []byte{1, 2, 3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write("a", []byte{1, 2, 3, 4}); err == nil || !strings.Contains(err.Error(), "more than once") {
+		t.Errorf("second write: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 1 || left[0].Name() != "m.safetensors" {
+		t.Errorf("directory holds %v", left)
+	}
+
+	// Abort leaves an existing file at path alone and removes the temporary one.
+	w, err = Create(path, specs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 1 {
+		t.Errorf("after Abort the directory holds %v", left)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := f.Data("a")
+	if !bytes.Equal(b, []byte{1, 2, 3, 4}) {
+		t.Errorf("data %v", b)
+	}
+	f.Close()
+	if _, err := f.Data("a"); err == nil {
+		t.Error("Data after Close succeeded")
+	}
+}
+
+func TestConcurrentWrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.safetensors")
+	const tensors, rows, cols = 64, 16, 96
+	var specs []Spec
+	for i := range tensors {
+		specs = append(specs, Spec{Name: fmt.Sprintf("t%02d", i), DType: "U8", Shape: []int64{rows, cols}})
+	}
+	w, err := Create(path, specs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := func(i, j int) byte { return byte(i*7 + j*13) }
+	// 8 workers take tensors round-robin and write each one row at a time, last row first.
+	var wg sync.WaitGroup
+	errs := make(chan error, tensors*rows)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < tensors; i += 8 {
+				for r := rows - 1; r >= 0; r-- {
+					row := make([]byte, cols)
+					for c := range row {
+						row[c] = want(i, r*cols+c)
+					}
+					errs <- w.WriteAt(specs[i].Name, int64(r*cols), row)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i, s := range specs {
+		b, err := f.Data(s.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, v := range b {
+			if v != want(i, j) {
+				t.Fatalf("%s byte %d = %d, want %d", s.Name, j, v, want(i, j))
+			}
+		}
+	}
+}
+
 func TestOpenRealStories(t *testing.T) {
 	f, err := Open(testmodels.Path(t, "stories260K-hf/model.safetensors"))
 	if err != nil {
@@ -174,6 +310,13 @@ func TestOpenMalformed(t *testing.T) {
 		{"reversed offsets", build(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}}`, 4), "end before begin"},
 		{"missing dtype", build(`{"a":{"shape":[1],"data_offsets":[0,4]}}`, 4), "dtype is missing"},
 		{"bad metadata", build(`{"__metadata__":{"k":1}}`, 0), "__metadata__"},
+		{"invalid utf-8", build("{\"a\xff\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}", 0), "UTF-8"},
+		{"trailing json", build(`{} {}`, 0), "trailing data"},
+		{"missing shape", build(`{"a":{"dtype":"F32","data_offsets":[0,4]}}`, 4), "shape is missing"},
+		{"one offset", build(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}}`, 4), "data_offsets must be"},
+		{"fractional dim", build(`{"a":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}}`, 4), "invalid dimension"},
+		{"tensor not object", build(`{"a":[1]}`, 0), `tensor "a"`},
+		{"overflow bytes", build(`{"a":{"dtype":"F64","shape":[2305843009213693952],"data_offsets":[0,8]}}`, 8), "too large"},
 		{"overflow", build(`{"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}}`, 4), "too large"},
 	}
 	for _, tc := range tests {
@@ -237,10 +380,25 @@ func TestOpenDir(t *testing.T) {
 		}, "tensor b in s1.safetensors", 0},
 		{"duplicate across shards", func(d string) {
 			writeTensorFile(t, filepath.Join(d, "s1.safetensors"), "a")
-			writeTensorFile(t, filepath.Join(d, "s2.safetensors"), "a")
-			os.WriteFile(filepath.Join(d, IndexFile), []byte(index(map[string]string{"a": "s1.safetensors"})), 0o644)
-			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{"a":"s1.safetensors","b":"s2.safetensors"}}`), 0o644)
-		}, "tensor b in s2.safetensors", 0},
+			writeTensorFile(t, filepath.Join(d, "s2.safetensors"), "a", "b")
+			os.WriteFile(filepath.Join(d, IndexFile), []byte(index(map[string]string{"a": "s1.safetensors", "b": "s2.safetensors"})), 0o644)
+		}, "tensor a is in both s1.safetensors and s2.safetensors", 0},
+		{"bad index json", func(d string) {
+			writeTensorFile(t, filepath.Join(d, "s1.safetensors"), "a")
+			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":`), 0o644)
+		}, IndexFile, 0},
+		{"empty weight_map", func(d string) {
+			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{}}`), 0o644)
+		}, "weight_map is missing or empty", 0},
+		{"bad shard", func(d string) {
+			os.WriteFile(filepath.Join(d, "s1.safetensors"), build(`{"a":1}`, 0), 0o644)
+			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{"a":"s1.safetensors"}}`), 0o644)
+		}, "s1.safetensors", 0},
+		{"single other name", func(d string) { writeTensorFile(t, filepath.Join(d, "weights.safetensors"), "x") }, "", 1},
+		{"several unindexed", func(d string) {
+			writeTensorFile(t, filepath.Join(d, "a.safetensors"), "x")
+			writeTensorFile(t, filepath.Join(d, "b.safetensors"), "y")
+		}, "2 .safetensors files", 0},
 		{"escaping shard", func(d string) {
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{"a":"../x.safetensors"}}`), 0o644)
 		}, "not a file name", 0},
@@ -306,6 +464,9 @@ func FuzzOpen(f *testing.F) {
 	f.Add(build(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, 4))
 	f.Add(build(`{"__metadata__":{"format":"pt"},"a":{"dtype":"U8","shape":[2,2],"data_offsets":[0,4]},"b":{"dtype":"BF16","shape":[],"data_offsets":[4,6]}}`, 6))
 	f.Add(build(`{}`, 0))
+	f.Add(build(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}`, 8))
+	f.Add(build(`{"a":{"dtype":"I64","shape":[0,3],"data_offsets":[0,0]},"b":{"dtype":"F16","shape":[1],"data_offsets":[0,2]}}  `, 2))
+	f.Add(build(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}`, 8))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		sf, err := parse("fuzz.safetensors", data)
 		if err != nil {
@@ -313,9 +474,19 @@ func FuzzOpen(f *testing.F) {
 		}
 		// Every accepted file satisfies the invariants.
 		var pos int64
+		seen := map[string]bool{}
 		for _, ti := range sf.Tensors() {
 			if ti.Begin != pos || ti.End-ti.Begin != ti.NumElements()*int64(ti.DType.Size()) {
 				t.Fatalf("accepted tensor %+v breaks the layout", ti)
+			}
+			if ti.DType.Size() == 0 || seen[ti.Name] || ti.Name == "__metadata__" {
+				t.Fatalf("accepted tensor %+v: unknown dtype or repeated name", ti)
+			}
+			seen[ti.Name] = true
+			for _, d := range ti.Shape {
+				if d < 0 {
+					t.Fatalf("accepted tensor %+v has a negative dimension", ti)
+				}
 			}
 			pos = ti.End
 			if b, err := sf.Data(ti.Name); err != nil || int64(len(b)) != ti.End-ti.Begin {

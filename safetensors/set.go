@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 
 	"lowbit/half"
@@ -133,7 +134,7 @@ func newSet(files []*File) (*Set, error) {
 }
 
 // Names lists every tensor, sorted.
-func (s *Set) Names() []string { return s.names }
+func (s *Set) Names() []string { return slices.Clone(s.names) }
 
 // Info describes a tensor.
 func (s *Set) Info(name string) (TensorInfo, bool) {

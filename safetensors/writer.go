@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 	"os"
+	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -22,7 +26,8 @@ type Spec struct {
 // order, from several goroutines, and in pieces, so big models stream to disk.
 type Writer struct {
 	f       *os.File
-	path    string
+	path    string // final name
+	tmp     string // name while writing, renamed to path by Close
 	dataOff int64
 	infos   map[string]TensorInfo
 	order   []string
@@ -33,7 +38,9 @@ type Writer struct {
 
 // Create plans the header (offsets in the order given), writes it and
 // returns a writer for the data. The header is padded with spaces to a
-// multiple of 8 bytes, as the reference implementation does.
+// multiple of 8 bytes, as the reference implementation does. The file is
+// written under a temporary name in the same folder and appears at path
+// only when Close succeeds.
 func Create(path string, specs []Spec, metadata map[string]string) (*Writer, error) {
 	w := &Writer{path: path, infos: map[string]TensorInfo{}, written: map[string]int64{}}
 	hdr := map[string]any{}
@@ -55,14 +62,15 @@ func Create(path string, specs []Spec, metadata map[string]string) (*Writer, err
 		if shape == nil {
 			shape = []int64{}
 		}
-		t := TensorInfo{Name: s.Name, DType: s.DType, Shape: shape, Begin: pos}
-		n := t.NumElements()
-		for _, d := range shape {
-			if d < 0 {
-				return nil, fmt.Errorf("safetensors: tensor %q: negative dimension in %v", s.Name, shape)
-			}
+		t := TensorInfo{Name: s.Name, DType: s.DType, Shape: slices.Clone(shape), Begin: pos}
+		size, err := byteSize(shape, s.DType.Size())
+		if err != nil {
+			return nil, fmt.Errorf("safetensors: tensor %q: %w", s.Name, err)
 		}
-		t.End = pos + n*int64(s.DType.Size())
+		if size > math.MaxInt64-pos {
+			return nil, fmt.Errorf("safetensors: tensor %q: the file would exceed %d bytes", s.Name, int64(math.MaxInt64))
+		}
+		t.End = pos + size
 		pos = t.End
 		w.infos[s.Name] = t
 		w.order = append(w.order, s.Name)
@@ -75,11 +83,16 @@ func Create(path string, specs []Spec, metadata map[string]string) (*Writer, err
 	for len(js)%8 != 0 {
 		js = append(js, ' ')
 	}
-	f, err := os.Create(path)
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
-	w.f = f
+	w.f, w.tmp = f, f.Name()
+	// CreateTemp makes the file private; weights are ordinary readable files.
+	if err := f.Chmod(0o644); err != nil {
+		w.Abort()
+		return nil, fmt.Errorf("safetensors: %w", err)
+	}
 	buf := binary.LittleEndian.AppendUint64(nil, uint64(len(js)))
 	if _, err := f.Write(append(buf, js...)); err != nil {
 		w.Abort()
@@ -126,12 +139,16 @@ func (w *Writer) WriteAt(name string, off int64, data []byte) error {
 	if off < 0 || off+int64(len(data)) > t.End-t.Begin {
 		return fmt.Errorf("safetensors: tensor %q: write of %d bytes at %d runs past its %d bytes", name, len(data), off, t.End-t.Begin)
 	}
+	w.mu.Lock()
+	if w.written[name]+int64(len(data)) > t.End-t.Begin {
+		w.mu.Unlock()
+		return fmt.Errorf("safetensors: tensor %q: written more than once (%d bytes declared)", name, t.End-t.Begin)
+	}
+	w.written[name] += int64(len(data))
+	w.mu.Unlock()
 	if _, err := w.f.WriteAt(data, w.dataOff+t.Begin+off); err != nil {
 		return fmt.Errorf("safetensors: write %s to %s: %w", name, w.path, err)
 	}
-	w.mu.Lock()
-	w.written[name] += int64(len(data))
-	w.mu.Unlock()
 	return nil
 }
 
@@ -154,12 +171,41 @@ func (w *Writer) Close() error {
 		return fmt.Errorf("safetensors: sync %s: %w", w.path, err)
 	}
 	if err := w.f.Close(); err != nil {
+		os.Remove(w.tmp)
 		return fmt.Errorf("safetensors: close %s: %w", w.path, err)
+	}
+	if err := os.Rename(w.tmp, w.path); err != nil {
+		os.Remove(w.tmp)
+		return fmt.Errorf("safetensors: %w", err)
 	}
 	return nil
 }
 
-// Abort closes and removes the file.
+// Abort closes and removes the partly written file; path is left untouched.
 func (w *Writer) Abort() error {
-	return errors.Join(w.f.Close(), os.Remove(w.path))
+	err := w.f.Close()
+	if errors.Is(err, os.ErrClosed) {
+		err = nil
+	}
+	if rerr := os.Remove(w.tmp); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	return err
+}
+
+// byteSize is the byte size of a tensor of the given shape, checked for
+// negative dimensions and overflow.
+func byteSize(shape []int64, elemSize int) (int64, error) {
+	n := uint64(elemSize)
+	for _, d := range shape {
+		if d < 0 {
+			return 0, fmt.Errorf("negative dimension in %v", shape)
+		}
+		hi, lo := bits.Mul64(n, uint64(d))
+		if hi != 0 || lo > math.MaxInt64 {
+			return 0, fmt.Errorf("shape %v is too large", shape)
+		}
+		n = lo
+	}
+	return int64(n), nil
 }
