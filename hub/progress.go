@@ -64,7 +64,7 @@ func (l *lineBuf) String() string {
 func newBar(w io.Writer, size int64, desc string) *progressbar.ProgressBar {
 	return progressbar.NewOptions64(size,
 		progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(desc),
-		progressbar.OptionShowBytes(true), progressbar.OptionShowTotalBytes(true),
+		progressbar.OptionShowBytes(true), progressbar.OptionShowCount(),
 		progressbar.OptionSetWidth(25), progressbar.OptionThrottle(100*time.Millisecond),
 		progressbar.OptionSetPredictTime(true), progressbar.OptionSetRenderBlankState(true))
 }
@@ -110,6 +110,11 @@ func (p *progress) draw(last bool) {
 	}
 	p.finished = p.finished[:0]
 	p.drawn = 0
+	// Bars render only when bytes arrive; bring stalled ones up to date.
+	p.total.RenderBlank()
+	for _, f := range p.active {
+		f.bar.RenderBlank()
+	}
 	if !last {
 		for _, f := range p.active {
 			b.WriteString(f.line.String() + "\x1b[K\n")
