@@ -498,3 +498,33 @@ func FuzzOpen(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkToFloat32(b *testing.B) {
+	const n = 1 << 20
+	dst := make([]float32, n)
+	for _, dt := range []DType{"F32", "F16", "BF16"} {
+		src := make([]byte, n*dt.Size())
+		for i := range src {
+			src[i] = byte(i*37) & 0x3f // finite values
+		}
+		b.Run(string(dt), func(b *testing.B) {
+			b.SetBytes(int64(len(src)))
+			for b.Loop() {
+				if err := ToFloat32(dt, src, dst); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkOpenStories(b *testing.B) {
+	path := testmodels.Path(b, "stories260K-hf/model.safetensors")
+	for b.Loop() {
+		f, err := Open(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+	}
+}
