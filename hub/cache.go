@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -107,18 +109,29 @@ func tmpName(path string) string {
 }
 
 // lock takes the per-blob lock file that huggingface_hub also uses
-// (.locks/models--org--name/{etag}.lock), so processes never write one blob at once.
-func (p cachePaths) lock(etag string) (func(), error) {
+// (.locks/models--org--name/{etag}.lock, an flock), so processes never
+// write one blob at once. It polls, so a cancelled ctx stops the wait.
+func (p cachePaths) lock(ctx context.Context, etag string) (func(), error) {
 	if err := os.MkdirAll(p.locks, 0o755); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cache: %w", err)
 	}
 	f, err := os.OpenFile(filepath.Join(p.locks, etag+".lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cache: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("hub: lock %s: %w", f.Name(), err)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("cache: lock %s: %w", f.Name(), err)
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			f.Close()
+			return nil, err
+		}
 	}
 	return func() {
 		unix.Flock(int(f.Fd()), unix.LOCK_UN)

@@ -170,7 +170,7 @@ func (c *Client) fetchFile(ctx context.Context, j *job, f FileInfo) (err error) 
 		bar.add(f.Size)
 		return nil
 	}
-	unlock, err := j.p.lock(etag)
+	unlock, err := j.p.lock(ctx, etag)
 	if err != nil {
 		return err
 	}
@@ -500,6 +500,11 @@ func (c *Client) getRange(ctx context.Context, j *job, d *dest, f *os.File, off,
 			return 0, stalled(actx, err)
 		}
 	default:
+		if resp.Request.URL.Host != c.host {
+			// A CDN's refusal (an expired signature, say): a new request
+			// to the Hub brings a fresh redirect, so it may be retried.
+			return 0, fmt.Errorf("CDN %s answered %s", resp.Request.URL.Host, resp.Status)
+		}
 		return 0, c.apiError(resp.StatusCode, resp.Header, j.info.RepoID, j.info.Commit, d.file.Path)
 	}
 	n, err := copyAt(f, off, &idleReader{r: io.LimitReader(body, end-off), timer: timer, d: c.opts.StallTimeout}, h, d.bar)

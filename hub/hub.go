@@ -113,11 +113,18 @@ func New(opts Options) (*Client, error) {
 	}
 	hc := opts.HTTPClient
 	if hc == nil {
+		// HTTP/1.1 only: parallel parts get a TCP connection each, which
+		// moves large files faster than streams multiplexed on one.
+		var protos http.Protocols
+		protos.SetHTTP1(true)
 		hc = &http.Client{Transport: &http.Transport{
 			Proxy:                 http.ProxyFromEnvironment,
+			Protocols:             &protos,
+			TLSHandshakeTimeout:   30 * time.Second,
 			ResponseHeaderTimeout: 60 * time.Second,
 			IdleConnTimeout:       90 * time.Second,
 			MaxIdleConnsPerHost:   64,
+			DisableCompression:    true,
 		}}
 	}
 	c := &Client{opts: opts, host: ep.Host}

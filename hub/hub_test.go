@@ -715,3 +715,27 @@ func BenchmarkDownload(b *testing.B) {
 		})
 	}
 }
+
+// TestLockWaitCancels holds a blob's lock, as another process downloading
+// it would: Snapshot waits, and a cancelled context ends the wait.
+func TestLockWaitCancels(t *testing.T) {
+	repo := testRepo()
+	s := hubtest.Start(t, map[string]*hubtest.Repo{"org/model": repo})
+	c, cache := newClient(t, s, nil)
+	unlock, err := pathsFor(cache, "org/model").lock(context.Background(), etagOf(s, "model.safetensors", repo.Files["model.safetensors"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.Snapshot(ctx, "org/model", "main", nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want the deadline while waiting for the lock", err)
+	}
+	if n := s.Gets("model.safetensors"); n != 0 {
+		t.Errorf("fetched a locked blob %d times", n)
+	}
+	unlock()
+	if _, err := c.Snapshot(context.Background(), "org/model", "main", nil); err != nil {
+		t.Fatal(err)
+	}
+}
