@@ -1,0 +1,123 @@
+package model
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// GenerateOptions control Generate.
+type GenerateOptions struct {
+	// MaxTokens is the most tokens to generate (0: until the context is full).
+	MaxTokens int
+	// Sampler picks tokens (nil: greedy).
+	Sampler *Sampler
+	// StopIDs end generation when sampled (the model's EOS ids, usually);
+	// the stop token is not passed to OnToken.
+	StopIDs []int
+	// OnToken receives each generated token as it is produced; returning
+	// false stops generation (how a caller implements stop strings).
+	OnToken func(id int) bool
+}
+
+// Stop reasons.
+const (
+	StopEOS       = "eos"
+	StopMaxTokens = "max_tokens"
+	StopCallback  = "callback"
+	StopContext   = "context"
+)
+
+// GenerateStats are the timings of a generation, as llama.cpp prints them.
+type GenerateStats struct {
+	PromptTokens    int
+	GeneratedTokens int
+	// PromptDuration is the prefill time (all prompt tokens and the first logits).
+	PromptDuration time.Duration
+	// GenDuration is the time of the decode steps after the first token.
+	GenDuration time.Duration
+	// Stop says why generation ended: eos, max_tokens, callback or context.
+	Stop string
+	// Tokens are the generated ids (without a stop id).
+	Tokens []int
+}
+
+// PromptTokensPerSec is the prefill speed.
+func (s GenerateStats) PromptTokensPerSec() float64 {
+	return rate(s.PromptTokens, s.PromptDuration)
+}
+
+// GenTokensPerSec is the decode speed (tokens after the first, which
+// prefill produced).
+func (s GenerateStats) GenTokensPerSec() float64 {
+	return rate(s.GeneratedTokens-1, s.GenDuration)
+}
+
+func rate(n int, d time.Duration) float64 {
+	if n <= 0 || d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// Generate feeds prompt to the session (after whatever it already holds,
+// so a chat keeps its history) and samples up to MaxTokens tokens, one
+// forward step each. A prompt that does not fit the context is an error;
+// reaching the end of the context stops generation with Stop "context".
+// The last generated token is not fed to the session (its logits are not
+// needed): a caller continuing the sequence puts it first in the next prompt.
+func Generate(ctx context.Context, s *Session, prompt []int, opts GenerateOptions) (st GenerateStats, err error) {
+	st.PromptTokens = len(prompt)
+	if len(prompt) == 0 {
+		return st, fmt.Errorf("generate: the prompt is empty")
+	}
+	if s.Pos()+len(prompt) > s.Context() {
+		if s.Pos() == 0 {
+			return st, fmt.Errorf("generate: prompt of %d tokens exceeds the context of %d", len(prompt), s.Context())
+		}
+		return st, fmt.Errorf("generate: prompt of %d tokens after %d tokens of history exceeds the context of %d", len(prompt), s.Pos(), s.Context())
+	}
+	sampler := opts.Sampler
+	if sampler == nil {
+		sampler = Greedy()
+	}
+	history := slices.Clone(prompt)
+	start := time.Now()
+	logits, err := s.Forward(ctx, prompt)
+	if err != nil {
+		return st, err
+	}
+	st.PromptDuration = time.Since(start)
+	start = time.Now()
+	defer func() { st.GenDuration = time.Since(start) }()
+	for {
+		if opts.MaxTokens > 0 && st.GeneratedTokens >= opts.MaxTokens {
+			st.Stop = StopMaxTokens
+			return st, nil
+		}
+		id := sampler.Sample(logits, history)
+		if slices.Contains(opts.StopIDs, id) {
+			st.Stop = StopEOS
+			return st, nil
+		}
+		st.GeneratedTokens++
+		st.Tokens = append(st.Tokens, id)
+		history = append(history, id)
+		if opts.OnToken != nil && !opts.OnToken(id) {
+			st.Stop = StopCallback
+			return st, nil
+		}
+		if s.Pos() >= s.Context() {
+			st.Stop = StopContext
+			return st, nil
+		}
+		if opts.MaxTokens > 0 && st.GeneratedTokens >= opts.MaxTokens {
+			st.Stop = StopMaxTokens
+			return st, nil
+		}
+		if logits, err = s.Forward(ctx, []int{id}); err != nil {
+			return st, err
+		}
+	}
+}
