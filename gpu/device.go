@@ -187,7 +187,8 @@ func (d *Device) release() {
 	d.ctx = 0
 }
 
-// do runs fn on the device thread and returns its error.
+// do runs fn on the device thread and returns its error. fn must not call
+// do again (no exported method inside it): the thread would wait on itself.
 func (d *Device) do(fn func() error) error {
 	errc := make(chan error, 1)
 	select {

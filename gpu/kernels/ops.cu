@@ -1,0 +1,184 @@
+// ops.cu: the other kernels of the decode step: RMSNorm, rotary embedding,
+// KV-cache store, attention over the cache, gated activations, residual
+// add, embedding lookup and argmax. The position and the token id are read
+// from device memory, so a captured decode step replays for every token
+// without being captured again.
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+// block_sum and block_max reduce over a block of at most 1024 threads;
+// every thread gets the result. red needs 33 floats.
+__device__ float block_sum(float v, float* red) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        v = threadIdx.x < (blockDim.x + 31) / 32 ? red[threadIdx.x] : 0.f;
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (threadIdx.x == 0) red[32] = v;
+    }
+    __syncthreads();
+    return red[32];
+}
+
+__device__ float block_max(float v, float* red) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        v = threadIdx.x < (blockDim.x + 31) / 32 ? red[threadIdx.x] : -INFINITY;
+        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (threadIdx.x == 0) red[32] = v;
+    }
+    __syncthreads();
+    return red[32];
+}
+
+// rmsnorm: one block per row of n; y = x / sqrt(mean(x^2) + eps) * (w + w_add)
+// (w_add is 1 for Gemma, whose norm weights are stored minus one).
+extern "C" __global__ void rmsnorm(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
+                                   int n, float eps, float w_add) {
+    __shared__ float red[33];
+    const float* xr = x + (size_t)blockIdx.x * n;
+    float* yr = y + (size_t)blockIdx.x * n;
+    float s = 0.f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += xr[i] * xr[i];
+    s = block_sum(s, red);
+    const float r = rsqrtf(s / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * r * (w[i] + w_add);
+}
+
+// rope rotates each head of v [heads, hd] in place by position pos[0], the
+// HF "rotate half" pairing (i, i + hd/2); inv_freq[hd/2] holds the
+// frequencies (scaling already applied). Grid: heads; block: hd/2.
+extern "C" __global__ void rope(float* __restrict__ v, int hd, const int* __restrict__ pos,
+                                const float* __restrict__ inv_freq) {
+    const int i = threadIdx.x, half = hd / 2;
+    if (i >= half) return;
+    float* h = v + (size_t)blockIdx.x * hd;
+    float s, c;
+    sincosf((float)pos[0] * inv_freq[i], &s, &c);
+    const float a = h[i], b = h[i + half];
+    h[i] = a * c - b * s;
+    h[i + half] = b * c + a * s;
+}
+
+// kv_store copies this step's k and v (kvdim floats each) into row pos[0]
+// of the caches [max_seq, kvdim].
+extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __restrict__ v, float* __restrict__ kc,
+                                    float* __restrict__ vc, int kvdim, const int* __restrict__ pos) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= kvdim) return;
+    const size_t o = (size_t)pos[0] * kvdim + i;
+    kc[o] = k[i];
+    vc[o] = v[i];
+}
+
+// attention: one block per query head over cache rows 0..pos[0]: scores
+// in shared memory (dynamic, max_seq floats), softmax, weighted sum of
+// values. Query head h reads kv head h / (heads / kv_heads).
+extern "C" __global__ void attention(const float* __restrict__ q, const float* __restrict__ kc,
+                                     const float* __restrict__ vc, float* __restrict__ out, int heads, int kv_heads,
+                                     int hd, const int* __restrict__ pos, float scale) {
+    extern __shared__ float sc[];
+    __shared__ float red[33];
+    const int h = blockIdx.x, kvh = h / (heads / kv_heads), kvdim = kv_heads * hd;
+    const int n = pos[0] + 1;
+    const float* qh = q + (size_t)h * hd;
+    float m = -INFINITY;
+    for (int t = threadIdx.x; t < n; t += blockDim.x) {
+        const float* k = kc + (size_t)t * kvdim + (size_t)kvh * hd;
+        float s = 0.f;
+        for (int i = 0; i < hd; i++) s += qh[i] * k[i];
+        s *= scale;
+        sc[t] = s;
+        m = fmaxf(m, s);
+    }
+    m = block_max(m, red);
+    float sum = 0.f;
+    for (int t = threadIdx.x; t < n; t += blockDim.x) {
+        const float e = __expf(sc[t] - m);
+        sc[t] = e;
+        sum += e;
+    }
+    sum = block_sum(sum, red);
+    const float inv = 1.f / sum;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        const float* v = vc + (size_t)kvh * hd + i;
+        float a = 0.f;
+        for (int t = 0; t < n; t++) a += sc[t] * v[(size_t)t * kvdim];
+        out[(size_t)h * hd + i] = a * inv;
+    }
+}
+
+// glu: out = act(g) * u, act 0 = SiLU (SwiGLU), 1 = tanh GELU (GeGLU),
+// 2 = ReLU^2 (BitNet).
+extern "C" __global__ void glu(const float* __restrict__ g, const float* __restrict__ u, float* __restrict__ out, int n,
+                               int act) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float x = g[i];
+    float a;
+    if (act == 0) {
+        a = x / (1.f + expf(-x));
+    } else if (act == 1) {
+        a = 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    } else {
+        const float r = fmaxf(x, 0.f);
+        a = r * r;
+    }
+    out[i] = a * u[i];
+}
+
+// add: x += y (the residual).
+extern "C" __global__ void add(float* __restrict__ x, const float* __restrict__ y, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += y[i];
+}
+
+// embed_f32 and embed_q8 copy row tok[0] of the embedding table into out,
+// dequantizing q8 rows (fp16 scale per group of gs).
+extern "C" __global__ void embed_f32(const float* __restrict__ table, const int* __restrict__ tok,
+                                     float* __restrict__ out, int stride, int dim) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < dim) out[i] = table[(size_t)tok[0] * stride + i];
+}
+
+extern "C" __global__ void embed_q8(const int8_t* __restrict__ q, const __half* __restrict__ scales, int row_bytes,
+                                    int gs, int ng, const int* __restrict__ tok, float* __restrict__ out, int dim) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= dim) return;
+    const size_t r = (size_t)tok[0];
+    out[i] = __half2float(scales[r * ng + i / gs]) * (float)q[r * row_bytes + i];
+}
+
+// argmax writes the index of the largest of x[0..n) (the first on ties)
+// to out[0]. One block of 1024 threads.
+extern "C" __global__ void argmax(const float* __restrict__ x, int n, int* __restrict__ out) {
+    __shared__ float bv[32];
+    __shared__ int bi[32];
+    float v = -INFINITY;
+    int idx = 0x7fffffff;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        if (x[i] > v) v = x[i], idx = i;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (ov > v || (ov == v && oi < idx)) v = ov, idx = oi;
+    }
+    if ((threadIdx.x & 31) == 0) bv[threadIdx.x >> 5] = v, bi[threadIdx.x >> 5] = idx;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const int nw = (blockDim.x + 31) / 32;
+        v = threadIdx.x < nw ? bv[threadIdx.x] : -INFINITY;
+        idx = threadIdx.x < nw ? bi[threadIdx.x] : 0x7fffffff;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+            if (ov > v || (ov == v && oi < idx)) v = ov, idx = oi;
+        }
+        if (threadIdx.x == 0) out[0] = idx;
+    }
+}

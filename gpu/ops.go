@@ -1,0 +1,86 @@
+package gpu
+
+import (
+	"fmt"
+
+	"lowbit/quantize"
+)
+
+// GLU selects the activation of a gated feed-forward layer.
+type GLU int
+
+// The gated activations: SiLU (Llama, Mistral), tanh GELU (Gemma) and
+// squared ReLU (BitNet).
+const (
+	SwiGLU GLU = iota
+	GeGLU
+	ReLU2GLU
+)
+
+// blocks256 is the grid of a one-thread-per-element kernel of 256 threads.
+func blocks256(n int) dim3 { return grid1((n + 255) / 256) }
+
+// rmsnorm queues y = x / rms(x) * (w + wAdd) for rows rows of n (device thread).
+func (d *Device) rmsnorm(x, w, y Buffer, rows, n int, eps, wAdd float32) error {
+	return d.launch("rmsnorm", grid1(rows), grid1(256), 0, argBuf(x), argBuf(w), argBuf(y), argInt(n), argF32(eps), argF32(wAdd))
+}
+
+// rope queues the rotation of heads vectors of hd by the position in pos[0].
+func (d *Device) rope(v Buffer, heads, hd int, pos, invFreq Buffer) error {
+	if hd%2 != 0 || hd > 2048 {
+		return fmt.Errorf("gpu: rope: head size %d is odd or over 2048", hd)
+	}
+	return d.launch("rope", grid1(heads), grid1(hd/2), 0, argBuf(v), argInt(hd), argBuf(pos), argBuf(invFreq))
+}
+
+// kvStore queues the copy of k and v into row pos[0] of the caches.
+func (d *Device) kvStore(k, v, kc, vc Buffer, kvdim int, pos Buffer) error {
+	return d.launch("kv_store", blocks256(kvdim), grid1(256), 0, argBuf(k), argBuf(v), argBuf(kc), argBuf(vc), argInt(kvdim), argBuf(pos))
+}
+
+// attention queues softmax(q k^T * scale) v over cache rows 0..pos[0] for
+// every query head; maxSeq bounds pos and sizes the scores' shared memory.
+func (d *Device) attention(q, kc, vc, out Buffer, heads, kvHeads, hd, maxSeq int, pos Buffer, scale float32) error {
+	if kvHeads <= 0 || heads%kvHeads != 0 {
+		return fmt.Errorf("gpu: attention: %d heads are not a multiple of %d kv heads", heads, kvHeads)
+	}
+	shared := 4 * maxSeq
+	if shared > d.maxShared {
+		return fmt.Errorf("gpu: attention: context of %d positions needs %d bytes of shared memory, the device has %d", maxSeq, shared, d.maxShared)
+	}
+	if shared > 48<<10 && d.sharedSet["attention"] < shared {
+		if err := d.setMaxShared("attention", shared); err != nil {
+			return err
+		}
+		d.sharedSet["attention"] = shared
+	}
+	return d.launch("attention", grid1(heads), grid1(128), shared, argBuf(q), argBuf(kc), argBuf(vc), argBuf(out),
+		argInt(heads), argInt(kvHeads), argInt(hd), argBuf(pos), argF32(scale))
+}
+
+// glu queues out = act(g) * u.
+func (d *Device) glu(g, u, out Buffer, n int, act GLU) error {
+	return d.launch("glu", blocks256(n), grid1(256), 0, argBuf(g), argBuf(u), argBuf(out), argInt(n), argInt(int(act)))
+}
+
+// add queues x += y.
+func (d *Device) add(x, y Buffer, n int) error {
+	return d.launch("add", blocks256(n), grid1(256), 0, argBuf(x), argBuf(y), argInt(n))
+}
+
+// embed queues the copy of embedding row tok[0] of m (f32 or q8) into out.
+func (d *Device) embed(m *Matrix, tok, out Buffer) error {
+	switch m.Format {
+	case quantize.F32:
+		return d.launch("embed_f32", blocks256(m.Cols), grid1(256), 0, argBuf(m.data), argBuf(tok), argBuf(out), argInt(m.rowBytes/4), argInt(m.Cols))
+	case quantize.Q8:
+		return d.launch("embed_q8", blocks256(m.Cols), grid1(256), 0, argBuf(m.data), argBuf(m.scales), argInt(m.rowBytes),
+			argInt(m.GroupSize), argInt(m.groups()), argBuf(tok), argBuf(out), argInt(m.Cols))
+	}
+	return fmt.Errorf("gpu: embedding in %s is not supported (f32 or q8)", m.Format)
+}
+
+// argmax queues out[0] = the index of the largest of x[0..n).
+func (d *Device) argmax(x Buffer, n int, out Buffer) error {
+	return d.launch("argmax", grid1(1), grid1(1024), 0, argBuf(x), argInt(n), argBuf(out))
+}
