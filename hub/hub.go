@@ -50,7 +50,10 @@ type Options struct {
 	HTTPClient *http.Client
 }
 
-// OptionsFromEnv reads HF_ENDPOINT, HF_TOKEN, HF_HOME, HF_HUB_CACHE and HF_HUB_OFFLINE.
+// OptionsFromEnv reads the environment as huggingface_hub does: HF_ENDPOINT,
+// HF_TOKEN (else HUGGING_FACE_HUB_TOKEN, else the file HF_TOKEN_PATH or
+// $HF_HOME/token), HF_HOME (else $XDG_CACHE_HOME/huggingface, else
+// ~/.cache/huggingface), HF_HUB_CACHE and HF_HUB_OFFLINE.
 func OptionsFromEnv() Options {
 	home := os.Getenv("HF_HOME")
 	if home == "" {
@@ -68,7 +71,14 @@ func OptionsFromEnv() Options {
 	}
 	o.Token = strings.TrimSpace(os.Getenv("HF_TOKEN"))
 	if o.Token == "" {
-		if b, err := os.ReadFile(filepath.Join(home, "token")); err == nil {
+		o.Token = strings.TrimSpace(os.Getenv("HUGGING_FACE_HUB_TOKEN")) // the older name
+	}
+	if o.Token == "" {
+		path := os.Getenv("HF_TOKEN_PATH")
+		if path == "" {
+			path = filepath.Join(home, "token") // what `huggingface-cli login` writes
+		}
+		if b, err := os.ReadFile(path); err == nil {
 			o.Token = strings.TrimSpace(string(b))
 		}
 	}

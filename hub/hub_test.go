@@ -646,6 +646,8 @@ func TestOptionsFromEnv(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HF_HOME", home)
 	t.Setenv("HF_TOKEN", "")
+	t.Setenv("HUGGING_FACE_HUB_TOKEN", "")
+	t.Setenv("HF_TOKEN_PATH", "")
 	t.Setenv("HF_HUB_CACHE", "")
 	t.Setenv("HF_ENDPOINT", "http://example.test")
 	t.Setenv("HF_HUB_OFFLINE", "1")
@@ -653,6 +655,16 @@ func TestOptionsFromEnv(t *testing.T) {
 	o := OptionsFromEnv()
 	if o.Token != "hf_abc" || o.CacheDir != filepath.Join(home, "hub") || !o.Offline || o.Endpoint != "http://example.test" {
 		t.Errorf("%+v", o)
+	}
+	other := filepath.Join(home, "other-token")
+	os.WriteFile(other, []byte("hf_path"), 0o600)
+	t.Setenv("HF_TOKEN_PATH", other)
+	if o := OptionsFromEnv(); o.Token != "hf_path" {
+		t.Errorf("HF_TOKEN_PATH: token %q", o.Token)
+	}
+	t.Setenv("HUGGING_FACE_HUB_TOKEN", "hf_old")
+	if o := OptionsFromEnv(); o.Token != "hf_old" {
+		t.Errorf("HUGGING_FACE_HUB_TOKEN: token %q", o.Token)
 	}
 	t.Setenv("HF_TOKEN", "hf_env")
 	t.Setenv("HF_HUB_CACHE", "/elsewhere")
