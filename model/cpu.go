@@ -1,13 +1,10 @@
 package model
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"runtime"
 	"sync"
-
-	"lowbit/quantize"
 )
 
 // CPU is the host backend: float32 activations in Go slices, kernels split
@@ -48,8 +45,14 @@ func (c *CPU) workers() int {
 // Name implements Backend.
 func (c *CPU) Name() string { return "cpu" }
 
-// Upload implements Backend: the weight is used where it is.
-func (c *CPU) Upload(w *Weight) (Mat, error) { return w, nil }
+// Upload implements Backend: the weight's data is used where it is (q4
+// and q8 scales are widened to float32 for the kernels of cpu_quant.go).
+func (c *CPU) Upload(w *Weight) (Mat, error) {
+	if w == nil {
+		return nil, fmt.Errorf("cpu: upload of a nil weight")
+	}
+	return prepare(w), nil
+}
 
 // Alloc implements Backend.
 func (c *CPU) Alloc(n int) (Buf, error) {
@@ -84,7 +87,7 @@ func (c *CPU) SetStep(tokens []int, pos int) error {
 
 // Embed implements Backend.
 func (c *CPU) Embed(dst Buf, table Mat, n int, scale float32) {
-	w, out := table.(*Weight), dst.(cpuBuf)
+	w, out := table.(*cpuMat).w, dst.(cpuBuf)
 	for i, tok := range c.tokens[:n] {
 		row := out[i*w.Cols : (i+1)*w.Cols]
 		w.Row(tok, row)
@@ -98,7 +101,7 @@ func (c *CPU) Embed(dst Buf, table Mat, n int, scale float32) {
 
 // RMSNorm implements Backend.
 func (c *CPU) RMSNorm(dst, x Buf, w Mat, n, dim int, eps float32, plusOne bool) {
-	g, out, in := w.(*Weight).F32, dst.(cpuBuf), x.(cpuBuf)
+	g, out, in := w.(*cpuMat).w.F32, dst.(cpuBuf), x.(cpuBuf)
 	c.parallel(n, 1, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			xs, ys := in[i*dim:(i+1)*dim], out[i*dim:(i+1)*dim]
@@ -120,9 +123,10 @@ func (c *CPU) RMSNorm(dst, x Buf, w Mat, n, dim int, eps float32, plusOne bool) 
 
 // MatMul implements Backend.
 func (c *CPU) MatMul(dst, x Buf, w Mat, n int) {
-	wt, out, in := w.(*Weight), dst.(cpuBuf), x.(cpuBuf)
+	m, out, in := w.(*cpuMat), dst.(cpuBuf), x.(cpuBuf)
+	wt := m.w
 	if wt.Q != nil {
-		quantize.MatMul(context.Background(), wt.Q, in[:n*wt.Cols], n, out[:n*wt.Rows], c.workers())
+		c.matMulQuant(m, in, out, n)
 		return
 	}
 	rows, cols := wt.Rows, wt.Cols
@@ -155,7 +159,7 @@ func dot(a, b []float32) float32 {
 
 // Rope implements Backend.
 func (c *CPU) Rope(x Buf, n, heads, headDim int, invFreq Mat) {
-	freq, xs := invFreq.(*Weight).F32, x.(cpuBuf)
+	freq, xs := invFreq.(*cpuMat).w.F32, x.(cpuBuf)
 	half := headDim / 2
 	cos, sin := make([]float32, half), make([]float32, half)
 	for i := 0; i < n; i++ {
