@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -256,4 +257,46 @@ func TestNewErrors(t *testing.T) {
 			t.Errorf("%s: err %v, want %q", tc.name, err, tc.want)
 		}
 	}
+}
+
+func TestParseConfig(t *testing.T) {
+	cfg, err := ParseHFConfig([]byte(`{"architectures":["GemmaForCausalLM"],"hidden_size":64,"intermediate_size":128,"num_hidden_layers":1,"num_attention_heads":4,"head_dim":32,"vocab_size":10,"rope_scaling":{"type":"linear","factor":2}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(cfg)
+	back, err := ParseConfig(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.HeadDim != 32 || !back.NormPlusOne || back.RopeScaling.Factor != 2 || back.Activation != "gelu_tanh" {
+		t.Errorf("round trip: %+v", back)
+	}
+	for _, bad := range []string{`[]`, `{}`, strings.Replace(string(b), `"gelu_tanh"`, `"tanh"`, 1), strings.Replace(string(b), `"factor":2`, `"factor":-2`, 1)} {
+		if _, err := ParseConfig([]byte(bad)); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+// FuzzParseConfig feeds manifest architecture blocks: an accepted one must
+// build a session-ready description without panicking.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte(`{"arch":"llama","hidden_size":8,"intermediate_size":16,"num_layers":1,"num_heads":2,"num_kv_heads":1,"head_dim":4,"vocab_size":10,"max_positions":16,"rms_norm_eps":1e-5,"rope_theta":10000,"activation":"silu","tie_embeddings":true}`))
+	f.Add([]byte(`{"arch":"gemma","hidden_size":8,"intermediate_size":16,"num_layers":1,"num_heads":2,"num_kv_heads":2,"head_dim":4,"vocab_size":10,"max_positions":16,"rms_norm_eps":1e-6,"rope_theta":10000,"activation":"gelu_tanh","rope_scaling":{"type":"llama3","factor":8,"low_freq_factor":1,"high_freq_factor":4,"original_max_position_embeddings":8}}`))
+	f.Add([]byte(`{"num_heads": -1}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseConfig(data)
+		if err != nil {
+			return
+		}
+		if c.HeadDim > 4096 {
+			return // valid but large: skip the allocation
+		}
+		for i, f := range c.InvFreq() {
+			if math.IsNaN(float64(f)) || f < 0 {
+				t.Fatalf("inverse frequency %d is %v", i, f)
+			}
+		}
+	})
 }

@@ -196,11 +196,8 @@ func loadLowbit(dir string) (*Model, error) {
 		return nil, fmt.Errorf("model: %w", err)
 	}
 	defer d.Close()
-	var cfg Config
-	if err := json.Unmarshal(d.Manifest.Architecture, &cfg); err != nil {
-		return nil, fmt.Errorf("model: %s: manifest architecture: %w", dir, err)
-	}
-	if err := cfg.Check(); err != nil {
+	cfg, err := ParseConfig(d.Manifest.Architecture)
+	if err != nil {
 		return nil, fmt.Errorf("model: %s: manifest architecture: %w", dir, err)
 	}
 	weights := map[string]*Weight{}
@@ -234,6 +231,34 @@ func loadLowbit(dir string) (*Model, error) {
 		weights[name] = FloatWeight(rows, cols, w)
 	}
 	return New(cfg, weights)
+}
+
+// ParseConfig reads a normalized Config as the converter stores it in
+// manifest.json (its JSON form, not an HF config.json) and checks it.
+func ParseConfig(data []byte) (Config, error) {
+	var c Config
+	if err := json.Unmarshal(data, &c); err != nil {
+		return Config{}, fmt.Errorf("architecture is not a model configuration: %w", err)
+	}
+	if err := c.Check(); err != nil {
+		return Config{}, err
+	}
+	switch c.Activation {
+	case "silu", "gelu_tanh", "relu2":
+	default:
+		return Config{}, fmt.Errorf("field activation %q is not one of silu, gelu_tanh, relu2", c.Activation)
+	}
+	if c.RopeScaling != nil {
+		switch c.RopeScaling.Type {
+		case "linear", "dynamic", "llama3":
+		default:
+			return Config{}, fmt.Errorf("rope_scaling type %q is not supported (linear, dynamic, llama3)", c.RopeScaling.Type)
+		}
+		if !(c.RopeScaling.Factor > 0) {
+			return Config{}, fmt.Errorf("rope_scaling factor %v must be positive", c.RopeScaling.Factor)
+		}
+	}
+	return c, nil
 }
 
 // New assembles a model from its configuration and weights (HF names),
