@@ -1,6 +1,27 @@
 package model
 
-import "math"
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// check refuses scaling parameters InvFreq cannot use.
+func (s *RopeScaling) check() error {
+	switch s.Type {
+	case "linear", "dynamic":
+		if !(s.Factor > 0) {
+			return fmt.Errorf("rope_scaling.factor %v must be positive for %s scaling", s.Factor, s.Type)
+		}
+	case "llama3":
+		if !(s.Factor > 0) || s.OriginalMaxPositionEmbeddings <= 0 || !(s.LowFreqFactor > 0) || !(s.HighFreqFactor > s.LowFreqFactor) {
+			return errors.New("rope_scaling of type llama3 needs factor, low_freq_factor < high_freq_factor and original_max_position_embeddings")
+		}
+	default:
+		return fmt.Errorf("rope_scaling type %q is not supported (linear, dynamic, llama3)", s.Type)
+	}
+	return nil
+}
 
 // InvFreq is the rotary embedding's inverse frequency for each of the
 // headDim/2 rotated pairs, with the config's scaling applied, computed in

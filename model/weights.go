@@ -249,13 +249,8 @@ func ParseConfig(data []byte) (Config, error) {
 		return Config{}, fmt.Errorf("field activation %q is not one of silu, gelu_tanh, relu2", c.Activation)
 	}
 	if c.RopeScaling != nil {
-		switch c.RopeScaling.Type {
-		case "linear", "dynamic", "llama3":
-		default:
-			return Config{}, fmt.Errorf("rope_scaling type %q is not supported (linear, dynamic, llama3)", c.RopeScaling.Type)
-		}
-		if !(c.RopeScaling.Factor > 0) {
-			return Config{}, fmt.Errorf("rope_scaling factor %v must be positive", c.RopeScaling.Factor)
+		if err := c.RopeScaling.check(); err != nil {
+			return Config{}, err
 		}
 	}
 	return c, nil
