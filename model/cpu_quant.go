@@ -12,7 +12,8 @@ import (
 // general dot products: the same arithmetic, arranged for the 2-core decode
 // case (codes turned into floats by table lookups instead of conversions,
 // q4's per-group sums of x computed once per token instead of once per row).
-// Other formats and shapes use quantize.MatMul.
+// Other formats and shapes use quantize.MatMul. Batches of 4 or more
+// tokens (prefill) dequantize each row once and take float dot products.
 type cpuMat struct {
 	w            *Weight
 	scales, mins []float32
@@ -41,6 +42,19 @@ func prepare(w *Weight) *cpuMat {
 // matMulQuant computes y[n, rows] = x[n, cols] · Wᵀ for a quantized weight.
 func (c *CPU) matMulQuant(m *cpuMat, x, y []float32, n int) {
 	q := m.w.Q
+	if n >= 4 && q.Format != quantize.TQ2 {
+		// Prefill: decode each row to floats once and use it for every token.
+		c.parallel(q.Rows, 16, func(lo, hi int) {
+			row := make([]float32, q.Cols)
+			for r := lo; r < hi; r++ {
+				q.DequantizeRow(r, row)
+				for i := 0; i < n; i++ {
+					y[i*q.Rows+r] = dot(row, x[i*q.Cols:(i+1)*q.Cols])
+				}
+			}
+		})
+		return
+	}
 	if m.scales == nil {
 		quantize.MatMul(context.Background(), q, x[:n*q.Cols], n, y[:n*q.Rows], c.workers())
 		return
