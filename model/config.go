@@ -1,7 +1,10 @@
 // Package model knows the architectures lowbit runs: it turns a HuggingFace
 // config.json into one normalized Config (one file per architecture, behind
 // the small arch interface), names each architecture's tensors and their
-// roles, and (in later files) holds the weights and the forward pass.
+// roles, loads weights (HF float or converted lowbit directories), and runs
+// the forward pass (forward.go), written once against the Backend interface
+// (backend.go) that the CPU (cpu.go) and the CUDA backend implement, with
+// sampling (sample.go) and generation (generate.go) on top.
 package model
 
 import (
@@ -204,11 +207,23 @@ func (r hfConfig) common(c *Config) error {
 	return nil
 }
 
-// ropeScaling reads rope_scaling (HF writes "type" or "rope_type").
+// ropeScaling reads rope_scaling (HF writes "type" or "rope_type"), or
+// rope_parameters, which transformers 5 writes instead of rope_theta and
+// rope_scaling (theta inside, type "default" when unscaled).
 func (r hfConfig) ropeScaling(c *Config) error {
 	var rs map[string]any
-	if err := r.get("rope_scaling", &rs, false); err != nil || rs == nil {
+	if err := r.get("rope_scaling", &rs, false); err != nil {
 		return err
+	}
+	if rs == nil {
+		if err := r.get("rope_parameters", &rs, false); err != nil || rs == nil {
+			return err
+		}
+		if _, ok := r["rope_theta"]; !ok {
+			if theta, ok := rs["rope_theta"].(float64); ok {
+				c.RopeTheta = theta
+			}
+		}
 	}
 	s := &RopeScaling{}
 	if t, ok := rs["rope_type"].(string); ok {

@@ -53,6 +53,18 @@ func TestParseHFConfig(t *testing.T) {
 					t.Errorf("%+v", c.RopeScaling)
 				}
 			}},
+		{"transformers 5 rope_parameters", `{"architectures":["BitNetForCausalLM"],"hidden_size":64,"intermediate_size":128,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":10,"rope_parameters":{"rope_theta":500000.0,"rope_type":"default"}}`,
+			func(t *testing.T, c Config) {
+				if c.RopeTheta != 500000 || c.RopeScaling != nil {
+					t.Errorf("theta %v scaling %+v", c.RopeTheta, c.RopeScaling)
+				}
+			}},
+		{"rope_parameters llama3", `{"architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_size":128,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":10,"rope_parameters":{"rope_theta":500000.0,"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192}}`,
+			func(t *testing.T, c Config) {
+				if c.RopeTheta != 500000 || c.RopeScaling == nil || c.RopeScaling.Type != "llama3" {
+					t.Errorf("theta %v scaling %+v", c.RopeTheta, c.RopeScaling)
+				}
+			}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

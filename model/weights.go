@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"lowbit/manifest"
 	"lowbit/quantize"
@@ -286,36 +289,50 @@ func New(cfg Config, weights map[string]*Weight) (*Model, error) {
 }
 
 // Quantize replaces the float linear weights by format f and the embedding
-// and output head by q8, in place; norms stay float32. It lets an HF
-// directory run quantized without converting it first (and tests compare
-// the two paths).
+// and output head by q8, in place, one tensor per worker (0: GOMAXPROCS);
+// norms stay float32. It lets an HF directory run quantized without
+// converting it first (and tests compare the two paths).
 func (m *Model) Quantize(ctx context.Context, f quantize.Format, opt quantize.Options, workers int) error {
 	if !f.Quantized() {
 		return fmt.Errorf("model: cannot quantize to %q", f)
 	}
-	for _, name := range m.Config.ExpectedTensors() {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	names := m.Config.ExpectedTensors()
+	out := make([]*quantize.Tensor, len(names))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
+	for i, name := range names {
 		w := m.Weights[name]
-		if w.Q != nil {
-			continue
-		}
-		var format quantize.Format
+		format := f
+		o := opt
 		switch m.Config.TensorRole(name) {
 		case RoleLinear:
-			format = f
 		case RoleEmbedding, RoleOutput:
-			format = quantize.Q8
+			format, o.GroupSize = quantize.Q8, 0
 		default:
 			continue
 		}
-		o := opt
-		if format != f {
-			o.GroupSize = 0
+		if w.Q != nil {
+			continue
 		}
-		q, err := quantize.Quantize(ctx, format, w.F32, w.Rows, w.Cols, o)
-		if err != nil {
-			return fmt.Errorf("model: quantize %s: %w", name, err)
+		g.Go(func() error {
+			q, err := quantize.Quantize(gctx, format, w.F32, w.Rows, w.Cols, o)
+			if err != nil {
+				return fmt.Errorf("model: quantize %s: %w", name, err)
+			}
+			out[i] = q
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for i, q := range out {
+		if q != nil {
+			m.Weights[names[i]] = QuantWeight(q)
 		}
-		m.Weights[name] = QuantWeight(q)
 	}
 	return nil
 }
