@@ -1,0 +1,214 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Load reads the tokenizer of the model in dir: tokenizer.json when present, else
+// tokenizer.model. BOS, EOS, the end-of-generation ids and add_bos come from
+// tokenizer_config.json, special_tokens_map.json and generation_config.json when they
+// say so, else from the tokenizer itself.
+func Load(dir string) (Tokenizer, error) {
+	var t Tokenizer
+	var err error
+	jsonPath, modelPath := filepath.Join(dir, "tokenizer.json"), filepath.Join(dir, "tokenizer.model")
+	switch {
+	case fileExists(jsonPath):
+		t, err = LoadHFJSON(jsonPath)
+	case fileExists(modelPath):
+		t, err = LoadSentencePiece(modelPath)
+	default:
+		return nil, fmt.Errorf("tokenizer: %s has neither tokenizer.json nor tokenizer.model", dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := readTokenizerConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	gen, err := readGenerationConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	sp := t.(interface{ base() *specials }).base()
+	idOf := func(s string) int {
+		if s == "" {
+			return -1
+		}
+		for id := 0; id < t.VocabSize(); id++ { // once per load; vocabularies are < 1M
+			if t.Piece(id) == s {
+				return id
+			}
+		}
+		return -1
+	}
+	if id := idOf(cfg.tokenString("bos_token")); id >= 0 {
+		sp.bos = id
+	} else if len(gen.bos) > 0 && gen.bos[0] < t.VocabSize() {
+		sp.bos = gen.bos[0]
+	}
+	if id := idOf(cfg.tokenString("eos_token")); id >= 0 {
+		sp.eos = id
+	} else if len(gen.eos) > 0 && gen.eos[0] < t.VocabSize() {
+		sp.eos = gen.eos[0]
+	}
+	if cfg.AddBOS != nil {
+		sp.addBOS = *cfg.AddBOS && sp.bos >= 0
+	} else if _, isSP := t.(*spModel); isSP {
+		sp.addBOS = sp.bos >= 0 // LlamaTokenizer's default
+	}
+	ids := defaultEOSIDs(t, sp.eos)
+	for _, id := range gen.eos {
+		if id < t.VocabSize() && !containsInt(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	sp.eosIDs = ids
+	return t, nil
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+// tokenizerConfig is tokenizer_config.json merged with special_tokens_map.json.
+type tokenizerConfig struct {
+	AddBOS       *bool           `json:"add_bos_token"`
+	ChatTemplate json.RawMessage `json:"chat_template"`
+	tokens       map[string]string
+}
+
+func readTokenizerConfig(dir string) (*tokenizerConfig, error) {
+	cfg := &tokenizerConfig{tokens: map[string]string{}}
+	for _, name := range []string{"special_tokens_map.json", "tokenizer_config.json"} {
+		path := filepath.Join(dir, name)
+		b, err := os.ReadFile(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+		var raw map[string]json.RawMessage
+		if err := json.Unmarshal(b, &raw); err != nil {
+			return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
+		}
+		for _, k := range []string{"bos_token", "eos_token"} {
+			if v, ok := raw[k]; ok {
+				s, err := tokenContent(v)
+				if err != nil {
+					return nil, fmt.Errorf("tokenizer: %s: %s: %w", path, k, err)
+				}
+				if s != "" {
+					cfg.tokens[k] = s
+				}
+			}
+		}
+		if name == "tokenizer_config.json" {
+			if err := json.Unmarshal(b, cfg); err != nil {
+				return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
+			}
+		}
+	}
+	return cfg, nil
+}
+
+// tokenContent reads a token given as "text" or as {"content": "text", ...} (or null).
+func tokenContent(v json.RawMessage) (string, error) {
+	var s *string
+	if err := json.Unmarshal(v, &s); err == nil {
+		if s == nil {
+			return "", nil
+		}
+		return *s, nil
+	}
+	var obj struct {
+		Content string `json:"content"`
+	}
+	if err := json.Unmarshal(v, &obj); err != nil {
+		return "", errors.New("neither a string nor an object with content")
+	}
+	return obj.Content, nil
+}
+
+func (c *tokenizerConfig) tokenString(k string) string { return c.tokens[k] }
+
+// chatTemplate returns the template text: a string, or the "default" of a list of named ones.
+func (c *tokenizerConfig) chatTemplate() (string, error) {
+	if len(c.ChatTemplate) == 0 || string(c.ChatTemplate) == "null" {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(c.ChatTemplate, &s); err == nil {
+		return s, nil
+	}
+	var named []struct {
+		Name     string `json:"name"`
+		Template string `json:"template"`
+	}
+	if err := json.Unmarshal(c.ChatTemplate, &named); err != nil {
+		return "", errors.New("neither a string nor a list of {name, template}")
+	}
+	for _, n := range named {
+		if n.Name == "default" {
+			return n.Template, nil
+		}
+	}
+	return "", errors.New("no template named \"default\"")
+}
+
+type generationConfig struct{ bos, eos []int }
+
+// readGenerationConfig reads bos_token_id and eos_token_id (an id or a list of ids).
+func readGenerationConfig(dir string) (generationConfig, error) {
+	var g generationConfig
+	path := filepath.Join(dir, "generation_config.json")
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return g, nil
+	}
+	if err != nil {
+		return g, fmt.Errorf("tokenizer: %w", err)
+	}
+	var raw struct {
+		BOS json.RawMessage `json:"bos_token_id"`
+		EOS json.RawMessage `json:"eos_token_id"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return g, fmt.Errorf("tokenizer: %s: %w", path, err)
+	}
+	ids := func(v json.RawMessage, field string) ([]int, error) {
+		if len(v) == 0 || string(v) == "null" {
+			return nil, nil
+		}
+		var one int
+		if err := json.Unmarshal(v, &one); err == nil {
+			if one < 0 {
+				return nil, nil
+			}
+			return []int{one}, nil
+		}
+		var many []int
+		if err := json.Unmarshal(v, &many); err != nil {
+			return nil, fmt.Errorf("tokenizer: %s: %s is neither an id nor a list of ids", path, field)
+		}
+		var out []int
+		for _, id := range many {
+			if id >= 0 {
+				out = append(out, id)
+			}
+		}
+		return out, nil
+	}
+	if g.bos, err = ids(raw.BOS, "bos_token_id"); err != nil {
+		return g, err
+	}
+	g.eos, err = ids(raw.EOS, "eos_token_id")
+	return g, err
+}
