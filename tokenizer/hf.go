@@ -144,6 +144,8 @@ type hfModel struct {
 	byteLevel   bool
 	b2u         [256]rune
 	u2b         map[rune]byte
+	multiRunes  map[rune]bool // runes inside vocab strings of two or more runes
+	fbBarrier   bool          // runes missing from the vocab become byte tokens no merge takes
 }
 
 // postItem is one element of the single-sequence template: ids, or the sequence itself (nil).
@@ -252,6 +254,8 @@ func parseHFJSON(b []byte) (*hfModel, error) {
 		}
 	}
 	m.b2u, m.u2b = bytesToUnicode()
+	m.multiRunes = multiRuneSet(m.vocab)
+	m.fbBarrier = m.byteFB && m.byteTokensUnmerged()
 	m.bos, m.eos = -1, -1
 	for _, it := range m.post {
 		if it.ids == nil {
@@ -270,6 +274,24 @@ func parseHFJSON(b []byte) (*hfModel, error) {
 	}
 	m.eosIDs = defaultEOSIDs(m, m.eos)
 	return m, nil
+}
+
+// byteTokensUnmerged reports whether all 256 <0xXX> tokens exist and no merge uses one.
+func (m *hfModel) byteTokensUnmerged() bool {
+	isByte := map[int32]bool{}
+	for v := 0; v < 256; v++ {
+		id, ok := m.vocab[fmt.Sprintf("<0x%02X>", v)]
+		if !ok {
+			return false
+		}
+		isByte[int32(id)] = true
+	}
+	for k := range m.merges {
+		if isByte[k.a] || isByte[k.b] {
+			return false
+		}
+	}
+	return true
 }
 
 func (m *hfModel) addedIDByContent(s string) (int, bool) {
@@ -833,6 +855,28 @@ func (m *hfModel) bpe(out []int, w string) ([]int, error) {
 			return append(out, id), nil
 		}
 	}
+	if len(w) < 64 {
+		return m.bpeSegment(out, w)
+	}
+	// A rune that is a token by itself and part of no longer token stops every merge, so
+	// long words (SentencePiece-style files have no pre-tokenizer) merge in segments.
+	var err error
+	splitAtBarriers(w, func(r rune) bool {
+		if m.multiRunes[r] {
+			return false
+		}
+		_, ok := m.vocab[string(r)]
+		return ok || m.fbBarrier
+	}, func(seg string) {
+		if err == nil {
+			out, err = m.bpeSegment(out, seg)
+		}
+	})
+	return out, err
+}
+
+// bpeSegment is tokenizers' BPE::merge_word on one segment of a word.
+func (m *hfModel) bpeSegment(out []int, w string) ([]int, error) {
 	syms := make([]hfSym, 0, len(w))
 	unkPending := false
 	flushUnk := func() {
@@ -884,7 +928,7 @@ func (m *hfModel) bpe(out []int, w string) ([]int, error) {
 		syms[i].prev, syms[i].next = i-1, i+1
 	}
 	syms[len(syms)-1].next = -1
-	var q mergeQueue
+	q := mergeQueue{h: make([]mergeItem, 0, len(syms))}
 	for i := 0; i+1 < len(syms); i++ {
 		if v, ok := m.merges[mergeKey{syms[i].id, syms[i+1].id}]; ok {
 			q.push(mergeItem{pos: i, rank: v.rank, id: v.id})

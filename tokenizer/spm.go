@@ -48,6 +48,7 @@ type spModel struct {
 	escapeWS    bool
 	wsSuffix    bool
 	unkSurface  string
+	multiRunes  map[rune]bool // runes inside pieces of two or more runes
 }
 
 // LoadSentencePiece reads a SentencePiece model file (tokenizer.model).
@@ -260,6 +261,7 @@ func parseSentencePiece(b []byte) (*spModel, error) {
 			}
 		}
 	}
+	m.multiRunes = multiRuneSet(m.ids)
 	// Longest first, so the prefix match picks the longest user-defined symbol.
 	sortByLenDesc(m.userDefined)
 	m.bos, m.eos = m.controlID(bosID), m.controlID(eosID)
@@ -379,11 +381,16 @@ func (m *spModel) Encode(text string, addBOS bool) ([]int, error) {
 		out = append(out, m.bos)
 	}
 	norm := m.normalize(text)
-	if norm == "" {
-		return out, nil
-	}
+	// No merge can cross a rune that appears in no piece longer than itself, so the
+	// text is merged in segments cut around such runes (the same ids, much faster).
+	splitAtBarriers(norm, func(r rune) bool { return !m.multiRunes[r] }, func(seg string) { out = m.encodeSegment(out, seg) })
+	return out, nil
+}
+
+// encodeSegment merges one normalized segment (bpe_model.cc's Encode) and appends its ids.
+func (m *spModel) encodeSegment(out []int, norm string) []int {
 	// Split into characters (user-defined symbols stay whole and frozen).
-	var syms []bpeSym
+	syms := make([]bpeSym, 0, utf8.RuneCountInString(norm))
 	for pos := 0; pos < len(norm); {
 		n := m.matchUserDefined(norm[pos:])
 		frozen := n > 0
@@ -394,7 +401,7 @@ func (m *spModel) Encode(text string, addBOS bool) ([]int, error) {
 		pos += n
 	}
 	syms[len(syms)-1].next = -1
-	var q spQueue
+	q := spQueue{h: make([]spCand, 0, 2*len(syms))}
 	revMerge := map[string][2]string{}
 	add := func(l, r int) {
 		if l < 0 || r < 0 || syms[l].frozen || syms[r].frozen {
@@ -405,7 +412,7 @@ func (m *spModel) Encode(text string, addBOS bool) ([]int, error) {
 		if !ok {
 			return
 		}
-		q.push(spCand{left: l, right: r, size: len(piece), score: m.pieces[id].score})
+		q.push(spCand{left: int32(l), right: int32(r), size: int32(len(piece)), score: m.pieces[id].score})
 		if m.pieces[id].typ == spUnused {
 			revMerge[piece] = [2]string{norm[syms[l].start:syms[l].end], norm[syms[r].start:syms[r].end]}
 		}
@@ -415,18 +422,19 @@ func (m *spModel) Encode(text string, addBOS bool) ([]int, error) {
 	}
 	for q.len() > 0 {
 		c := q.pop()
-		l, r := &syms[c.left], &syms[c.right]
-		if l.end == l.start || r.end == r.start || r.end-l.start != c.size || l.next != c.right {
+		left, right := int(c.left), int(c.right)
+		l, r := &syms[left], &syms[right]
+		if l.end == l.start || r.end == r.start || r.end-l.start != int(c.size) || l.next != right {
 			continue
 		}
 		l.end = r.end
 		r.start, r.end = 0, 0
 		l.next = r.next
 		if r.next >= 0 {
-			syms[r.next].prev = c.left
+			syms[r.next].prev = left
 		}
-		add(l.prev, c.left)
-		add(c.left, l.next)
+		add(l.prev, left)
+		add(left, l.next)
 	}
 	var resegment func(piece string)
 	resegment = func(piece string) {
@@ -453,7 +461,43 @@ func (m *spModel) Encode(text string, addBOS bool) ([]int, error) {
 	for i := 0; i >= 0; i = syms[i].next {
 		resegment(norm[syms[i].start:syms[i].end])
 	}
-	return out, nil
+	return out
+}
+
+// multiRuneSet collects the runes that occur in pieces of two or more runes.
+func multiRuneSet(pieces map[string]int) map[rune]bool {
+	set := map[rune]bool{}
+	for p := range pieces {
+		if utf8.RuneCountInString(p) < 2 {
+			continue
+		}
+		for _, r := range p {
+			set[r] = true
+		}
+	}
+	return set
+}
+
+// splitAtBarriers calls enc on the pieces of s cut before and after every barrier rune.
+func splitAtBarriers(s string, barrier func(rune) bool, enc func(string)) {
+	start := 0
+	for i, r := range s {
+		if !barrier(r) {
+			continue
+		}
+		if i > start {
+			enc(s[start:i])
+		}
+		n := utf8.RuneLen(r)
+		if r == utf8.RuneError {
+			_, n = utf8.DecodeRuneInString(s[i:])
+		}
+		enc(s[i : i+n])
+		start = i + n
+	}
+	if start < len(s) {
+		enc(s[start:])
+	}
 }
 
 // bpeSym is one live symbol of a word during merging: a byte range of the word and links.
@@ -465,8 +509,8 @@ type bpeSym struct {
 
 // spCand is a merge candidate: the best score wins, then the leftmost.
 type spCand struct {
-	left, right int
-	size        int
+	left, right int32
+	size        int32
 	score       float32
 }
 
