@@ -147,6 +147,15 @@ func (s *Session) Model() *Model { return s.m }
 // Reset empties the cache, starting a new sequence.
 func (s *Session) Reset() { s.pos = 0 }
 
+// Truncate keeps the first n tokens of the sequence and drops the rest, so
+// a chat whose new prompt shares a prefix with the cache prefills only what
+// differs. Later positions are overwritten by the next Forward.
+func (s *Session) Truncate(n int) {
+	if n >= 0 && n < s.pos {
+		s.pos = n
+	}
+}
+
 // CacheBytes is the memory of the key/value cache.
 func (s *Session) CacheBytes() int64 {
 	return int64(s.cfg.NumLayers) * int64(s.ctx) * int64(s.cfg.NumKVHeads*s.cfg.HeadDim) * 2 * 4

@@ -18,7 +18,7 @@ what the bits cost, and runs it on an NVIDIA GPU or the CPU.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newConvertCmd(), newDownloadCmd())
+	root.AddCommand(newVersionCmd(), newConvertCmd(), newDownloadCmd(), newRunCmd())
 	return root
 }
 
