@@ -227,7 +227,7 @@ func resolveModelDir(ctx context.Context, name, revision string, offline bool, p
 	if e, ok := convert.Lookup(name); ok {
 		repo = e.Repo
 	}
-	if !strings.Contains(repo, "/") {
+	if strings.Count(repo, "/") != 1 || strings.HasPrefix(repo, ".") || strings.HasPrefix(repo, "/") {
 		return "", fmt.Errorf("%s: no such directory, and not a known alias (lowbit convert --list-models) or org/repo id", name)
 	}
 	fetcher, err := newFetcher(offline, 0, progress)
