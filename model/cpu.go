@@ -143,6 +143,20 @@ func (c *CPU) MatMul(dst, x Buf, w Mat, n int) {
 // dot is a float32 dot product with four accumulators.
 func dot(a, b []float32) float32 {
 	b = b[:len(a)]
+	var head float32
+	if n := len(a) &^ 31; haveAVX2 && n > 0 {
+		head = dotF32AVX2(&a[0], &b[0], n)
+		a, b = a[n:], b[n:]
+		if len(a) == 0 {
+			return head
+		}
+	}
+	return head + dotGo(a, b)
+}
+
+// dotGo is dot in plain Go (the tail of the assembly, and its reference).
+func dotGo(a, b []float32) float32 {
+	b = b[:len(a)]
 	var s0, s1, s2, s3 float32
 	i := 0
 	for ; i+4 <= len(a); i += 4 {

@@ -82,7 +82,7 @@ func (c *CPU) matMulQuant(m *cpuMat, x, y []float32, n int) {
 	}
 	c.parallel(rows, 16, func(lo, hi int) {
 		r := lo
-		if q.Format == quantize.Q4 {
+		if q.Format == quantize.Q4 && !haveAVX2 {
 			// Two rows at a time share the loads of x.
 			for ; r+2 <= hi; r += 2 {
 				for i := 0; i < n; i++ {
@@ -110,6 +110,19 @@ func (c *CPU) matMulQuant(m *cpuMat, x, y []float32, n int) {
 // Block layout (ARCHITECTURE.md): byte j of a 32-weight block holds weight j
 // in its low nibble and weight j+16 in its high nibble.
 func dotQ4Rows(data []byte, scales, mins, x, xsum []float32, groupSize int) float32 {
+	if haveAVX2 && len(scales) > 0 {
+		_, _ = x[len(scales)*groupSize-1], data[len(scales)*groupSize/2-1] // the assembly reads this far
+		sum := dotQ4AVX2(&data[0], &scales[0], &x[0], len(scales), groupSize/32)
+		for g, m := range mins {
+			sum += m * xsum[g]
+		}
+		return sum
+	}
+	return dotQ4RowsGo(data, scales, mins, x, xsum, groupSize)
+}
+
+// dotQ4RowsGo is dotQ4Rows in plain Go (the reference of the assembly).
+func dotQ4RowsGo(data []byte, scales, mins, x, xsum []float32, groupSize int) float32 {
 	nib := [16]float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
 	blocks := groupSize / 32
 	var sum float32
@@ -167,6 +180,15 @@ func dotQ4Rows2(data []byte, rb int, scales, mins, x, xsum []float32, groupSize 
 // dotQ8Rows is one q8 row times x: per group d*Σq·x, the int8 codes read
 // as floats through lut.
 func dotQ8Rows(data []byte, scales, x []float32, groupSize int, lut *[256]float32) float32 {
+	if haveAVX2 && len(scales) > 0 {
+		_ = x[len(scales)*groupSize-1] // the assembly reads this far
+		return dotQ8AVX2(&data[0], &scales[0], &x[0], len(scales), groupSize/32)
+	}
+	return dotQ8RowsGo(data, scales, x, groupSize, lut)
+}
+
+// dotQ8RowsGo is dotQ8Rows in plain Go (the reference of the assembly).
+func dotQ8RowsGo(data []byte, scales, x []float32, groupSize int, lut *[256]float32) float32 {
 	var sum float32
 	for g := range scales {
 		var acc float32
