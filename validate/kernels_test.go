@@ -1,0 +1,77 @@
+package validate
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+
+	"lowbit/quantize"
+)
+
+func TestCPUKernelsPass(t *testing.T) {
+	rep, err := RunKernels(context.Background(), KernelOptions{Seed: 42, Backends: []Backend{CPU{Workers: 2}}, Missing: map[string]string{"cuda": "no GPU found"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst := map[string]float64{}
+	for _, r := range rep.Results {
+		k := fmt.Sprintf("%s/%s/n%d", r.Format, r.Act, r.N)
+		worst[k] = math.Max(worst[k], r.RelErr)
+		if r.Status != Pass {
+			t.Errorf("%+v", r)
+		}
+	}
+	t.Log(worst)
+	if len(rep.Backends) != 2 || rep.Backends[1].Status != Skipped || rep.Backends[0].Total != len(Cases())*2*len(Shapes()) {
+		t.Errorf("backends %+v", rep.Backends)
+	}
+	if !rep.Passed() {
+		t.Error("report did not pass")
+	}
+}
+
+// broken is a backend whose products are off by a little: the checks must
+// catch it for every format.
+type broken struct {
+	CPU
+	scale float32
+	nan   bool
+}
+
+func (b broken) Name() string { return "broken" }
+func (b broken) MatVec(t *quantize.Tensor, x []float32, act Act) ([]float32, error) {
+	y, err := b.CPU.MatVec(t, x, act)
+	return b.spoil(y), err
+}
+func (b broken) MatMul(t *quantize.Tensor, x []float32, n int) ([]float32, error) {
+	y, err := b.CPU.MatMul(t, x, n)
+	return b.spoil(y), err
+}
+func (b broken) spoil(y []float32) []float32 {
+	if b.nan {
+		y[len(y)/2] = float32(math.NaN())
+		return y
+	}
+	for i := range y {
+		y[i] *= b.scale // as a wrong scale conversion would
+	}
+	return y
+}
+
+func TestChecksCanFail(t *testing.T) {
+	for _, b := range []broken{{scale: 1.08}, {nan: true}} {
+		rep, err := RunKernels(context.Background(), KernelOptions{Seed: 7, Backends: []Backend{b}, Shapes: []Shape{{16, 96}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Passed() {
+			t.Errorf("a broken backend (%+v) passed", b)
+		}
+		for _, r := range rep.Results {
+			if r.Status != Fail {
+				t.Errorf("broken %+v: %s %s n=%d passed with error %g", b, r.Format, r.Act, r.N, r.RelErr)
+			}
+		}
+	}
+}
