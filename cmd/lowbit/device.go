@@ -15,8 +15,7 @@ func openBackend(device string, msg io.Writer) (model.Backend, func(), error) {
 	switch device {
 	case "cpu", "":
 		return nil, func() {}, nil
-	case "auto":
-		fmt.Fprintln(msg, "lowbit: CUDA backend not built yet; using the CPU")
+	case "auto": // no CUDA forward pass yet: the CPU, silently
 		return nil, func() {}, nil
 	case "cuda":
 		return nil, nil, fmt.Errorf("--device cuda: the CUDA backend is not built yet")

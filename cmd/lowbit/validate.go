@@ -1,0 +1,151 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"lowbit/hub"
+	"lowbit/model"
+	"lowbit/validate"
+)
+
+func newValidateCmd() *cobra.Command {
+	var (
+		kernels   bool
+		seed      uint64
+		realDir   string
+		reference string
+		textFile  string
+		maxTokens int
+		device    string
+		asJSON    bool
+		htmlFile  string
+		kldMean   float64
+		kldP99    float64
+		top1      float64
+		pplRatio  float64
+	)
+	cmd := &cobra.Command{
+		Use:   "validate [<quantized-model>]",
+		Short: "Measure what the bits cost: kernels against a float64 reference, a model against its original",
+		Long: `validate checks kernels (--kernels: every format's products on the CPU and, when a GPU is
+found, CUDA, against a float64 reference from the same packed weights, within 5% for 1 bit,
+1% for 2 bits and ternary, 0.5% for 4 bits, 0.1% for 8 bits) and models (a converted model
+against its float original over a text: per-layer error, KL divergence, top-1 agreement and
+perplexity, with per-format thresholds). It exits with status 1 when a check fails.`,
+		Example: `  lowbit validate --kernels
+  lowbit validate ./tinyllama-q4
+  lowbit validate ./tinyllama-q4 --reference ./TinyLlama-1.1B-Chat-v1.0 --text book.txt --html report.html`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if len(args) == 0 && !kernels {
+				return fmt.Errorf("give a model directory to validate, or --kernels")
+			}
+			rep := &validate.Report{}
+			if len(args) == 1 {
+				text := ""
+				if textFile != "" {
+					b, err := os.ReadFile(textFile)
+					if err != nil {
+						return fmt.Errorf("--text: %w", err)
+					}
+					if len(b) == 0 {
+						return fmt.Errorf("--text %s: the file is empty", textFile)
+					}
+					text = string(b)
+				}
+				m, ref, err := validate.ModelDir(ctx, args[0], validate.DirOptions{
+					Reference: reference, CacheDir: hub.OptionsFromEnv().CacheDir, Text: text, MaxTokens: maxTokens,
+					Backend: func() (model.Backend, error) {
+						b, _, err := openBackend(device, cmd.ErrOrStderr())
+						return b, err
+					},
+					Adjust: func(t *validate.Thresholds) {
+						f := cmd.Flags()
+						if f.Changed("max-kld-mean") {
+							t.MaxKLDMean = kldMean
+						}
+						if f.Changed("max-kld-p99") {
+							t.MaxKLDP99 = kldP99
+						}
+						if f.Changed("min-top1") {
+							t.MinTop1 = top1
+						}
+						if f.Changed("max-ppl-ratio") {
+							t.MaxPPLRatio = pplRatio
+						}
+					},
+				})
+				if err != nil {
+					return err
+				}
+				rep.Model, rep.ModelDir, rep.Reference = m, args[0], ref
+			}
+			if kernels {
+				opts := validate.KernelOptions{Seed: seed, Backends: []validate.Backend{validate.CPU{}}, Missing: map[string]string{}}
+				if device != "cpu" {
+					cuda, err := validate.OpenCUDA()
+					switch {
+					case err == nil:
+						defer cuda.Close()
+						opts.Backends = append(opts.Backends, cuda)
+					case device == "cuda":
+						return fmt.Errorf("--device cuda: %w", err)
+					default:
+						opts.Missing["cuda"] = err.Error()
+					}
+				}
+				if realDir != "" {
+					real, err := validate.RealWeights(ctx, realDir, 256)
+					if err != nil {
+						return err
+					}
+					opts.Real = real
+				}
+				k, err := validate.RunKernels(ctx, opts)
+				if err != nil {
+					return err
+				}
+				rep.Kernels = k
+			}
+			rep.Finish()
+			if htmlFile != "" {
+				if err := writeFileAtomic(htmlFile, rep.WriteHTML); err != nil {
+					return err
+				}
+			}
+			out := cmd.OutOrStdout()
+			var err error
+			if asJSON {
+				err = printJSON(out, rep)
+			} else {
+				err = rep.WriteText(out)
+			}
+			if err != nil {
+				return err
+			}
+			if rep.Status != validate.Pass {
+				return exitError{code: 1, msg: "validation failed"}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&kernels, "kernels", false, "check every format's products on every backend present")
+	f.Uint64Var(&seed, "seed", 0, "seed of the kernel inputs (0: new each run; the report prints it)")
+	f.StringVar(&realDir, "model", "", "also use rows of this float model's weights as kernel inputs")
+	f.StringVar(&reference, "reference", "", "the float original (default: the manifest's source, or the HF cache)")
+	f.StringVar(&textFile, "text", "", "evaluation text file (default: a built-in passage)")
+	f.IntVar(&maxTokens, "max-tokens", 0, "most tokens of the text to evaluate (default 8192)")
+	f.StringVar(&device, "device", "auto", "cpu, cuda or auto")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.StringVar(&htmlFile, "html", "", "also write an HTML report with plots to this file")
+	f.Float64Var(&kldMean, "max-kld-mean", 0, "threshold: mean KL divergence (default: the format's)")
+	f.Float64Var(&kldP99, "max-kld-p99", 0, "threshold: 99th percentile of the KL divergence")
+	f.Float64Var(&top1, "min-top1", 0, "threshold: least top-1 agreement (0..1)")
+	f.Float64Var(&pplRatio, "max-ppl-ratio", 0, "threshold: most perplexity ratio")
+	return cmd
+}
