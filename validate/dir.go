@@ -108,4 +108,3 @@ func RealWeights(ctx context.Context, dir string, maxRows int) ([]RealWeight, er
 	}
 	return out, nil
 }
-
