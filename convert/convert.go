@@ -18,6 +18,7 @@ import (
 	"lowbit/model"
 	"lowbit/quantize"
 	"lowbit/safetensors"
+	"lowbit/validate"
 )
 
 // Options are the settings of one conversion.
@@ -45,6 +46,8 @@ type Options struct {
 	Fetcher Fetcher
 	// Progress receives progress bars (nil: none).
 	Progress io.Writer
+	// NoValidate skips the last stage (kernel and model checks).
+	NoValidate bool
 	// Version is lowbit's version, recorded in the manifest.
 	Version string
 }
@@ -69,6 +72,8 @@ type Result struct {
 	Tensors  int                `json:"tensors"`
 	Seconds  float64            `json:"seconds"`
 	Manifest *manifest.Manifest `json:"-"`
+	// Validation is the last stage's report (nil with NoValidate).
+	Validation *validate.Report `json:"validation,omitempty"`
 }
 
 // settings are Options resolved to formats.
@@ -175,6 +180,12 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err := m.Write(tmp); err != nil {
 		return nil, err
 	}
+	var report *validate.Report
+	if !opts.NoValidate {
+		if report, err = validateOutput(ctx, tmp, out, snap.Dir, s.linear, opts.Progress); err != nil {
+			return nil, fmt.Errorf("validate: %w", err)
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -182,10 +193,14 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, err
 	}
 	ok = true
-	return &Result{
+	res := &Result{
 		OutDir: out, Source: m.Source, Summary: m.Summary, Format: string(s.linear),
-		Tensors: len(m.Tensors), Seconds: time.Since(start).Seconds(), Manifest: m,
-	}, nil
+		Tensors: len(m.Tensors), Seconds: time.Since(start).Seconds(), Manifest: m, Validation: report,
+	}
+	if report != nil && report.Status != validate.Pass {
+		return res, fmt.Errorf("%s: %w (report in %s)", out, ErrValidation, filepath.Join(out, validationFile))
+	}
+	return res, nil
 }
 
 // weightsFile is the name of the stored tensors inside a model directory.

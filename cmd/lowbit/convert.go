@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"text/tabwriter"
@@ -55,16 +56,28 @@ func newConvertCmd() *cobra.Command {
 			}
 			opts.Fetcher = fetcher
 			res, err := convert.Run(cmd.Context(), opts)
-			if err != nil {
+			failed := errors.Is(err, convert.ErrValidation)
+			if err != nil && !failed {
 				return err
 			}
 			if asJSON {
-				return printJSON(out, res)
+				if err := printJSON(out, res); err != nil {
+					return err
+				}
+			} else {
+				s := res.Summary
+				fmt.Fprintf(out, "wrote %s: %d tensors, %s -> %s (%.2f bits/weight), mean rel. error %.4f (max %.4f in %s), %.1fs\n",
+					res.OutDir, res.Tensors, humanBytes(s.SourceBytes), humanBytes(s.OutputBytes), s.BitsPerWeight,
+					s.MeanRelL2Error, s.MaxRelL2Error, s.MaxErrorTensor, res.Seconds)
+				if res.Validation != nil {
+					if err := res.Validation.WriteText(out); err != nil {
+						return err
+					}
+				}
 			}
-			s := res.Summary
-			fmt.Fprintf(out, "wrote %s: %d tensors, %s -> %s (%.2f bits/weight), mean rel. error %.4f (max %.4f in %s), %.1fs\n",
-				res.OutDir, res.Tensors, humanBytes(s.SourceBytes), humanBytes(s.OutputBytes), s.BitsPerWeight,
-				s.MeanRelL2Error, s.MaxRelL2Error, s.MaxErrorTensor, res.Seconds)
+			if failed {
+				return exitError{code: 1, msg: err.Error() + "; the model is kept: rerun with more --bits, or use it knowing the cost"}
+			}
 			return nil
 		},
 	}
@@ -77,6 +90,7 @@ func newConvertCmd() *cobra.Command {
 	f.StringVarP(&opts.Out, "out", "o", "", "output directory (default ./<model>-<format>)")
 	f.StringVar(&opts.Revision, "revision", "", "Hub revision: branch, tag or commit (default main)")
 	f.BoolVar(&opts.Force, "force", false, "replace an existing output directory")
+	f.BoolVar(&opts.NoValidate, "no-validate", false, "skip the last stage (kernel checks and the model against its source)")
 	f.BoolVar(&opts.NoSearch, "no-search", false, "plain min/max scales instead of the error-minimizing clipping search")
 	f.BoolVar(&opts.AllowNonFinite, "allow-nonfinite", false, "convert weights holding NaN or Inf (they become 0) instead of failing")
 	f.StringVar(&format, "format", "safetensors", "output format: safetensors, or npz (also writes model.npz for numpy tools)")
