@@ -10,13 +10,15 @@ import (
 // progress is off.
 type progressBar interface {
 	Add(n int) error
+	Describe(description string)
 	Finish() error
 }
 
 type noBar struct{}
 
-func (noBar) Add(int) error { return nil }
-func (noBar) Finish() error { return nil }
+func (noBar) Add(int) error   { return nil }
+func (noBar) Describe(string) {}
+func (noBar) Finish() error   { return nil }
 
 // newBar returns a byte-counting bar with rate and ETA on w, or a silent one
 // when w is nil (not a terminal, or --quiet).

@@ -9,6 +9,7 @@ import (
 	"hash"
 	"io"
 	"math"
+	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
 
@@ -35,7 +36,8 @@ func writeTensors(ctx context.Context, set *safetensors.Set, plans []*tensorPlan
 	for _, p := range plans {
 		total += p.info.End - p.info.Begin
 	}
-	bar := newBar(progress, total, fmt.Sprintf("quantize %d tensors", len(plans)))
+	bar := newBar(progress, total, fmt.Sprintf("quantize 0/%d tensors", len(plans)))
+	var done atomic.Int64
 
 	entries := make(map[string]manifest.Tensor, len(plans))
 	results := make(chan manifest.Tensor, len(plans))
@@ -48,6 +50,7 @@ func writeTensors(ctx context.Context, set *safetensors.Set, plans []*tensorPlan
 				return err
 			}
 			results <- e
+			bar.Describe(fmt.Sprintf("quantize %d/%d tensors", done.Add(1), len(plans)))
 			return nil
 		})
 	}
