@@ -48,6 +48,10 @@ func asymCodes(w []float32, d, m float32, levels int32, codes []int32, sw, sww f
 	var sq0, sq1, sqq0, sqq1 int32
 	var sqw0, sqw1 float32
 	i := 0
+	if n := len(w) &^ 7; haveAVX2 && n > 0 {
+		sq0, sqq0, sqw0 = asymCodesAVX2(&w[0], n, m, inv, top, &codes[0])
+		i = n
+	}
 	for ; i+2 <= len(w); i += 2 {
 		v0, v1 := w[i], w[i+1]
 		x0, x1 := (v0-m)*inv, (v1-m)*inv

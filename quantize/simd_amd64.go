@@ -1,0 +1,10 @@
+package quantize
+
+import "golang.org/x/sys/cpu"
+
+// haveAVX2 gates the assembly in simd_amd64.s (AVX2 and FMA, with the
+// operating system saving YMM registers); it is set once at start-up.
+var haveAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
+//go:noescape
+func asymCodesAVX2(w *float32, n int, m, inv, top float32, codes *int32) (sq, sqq int32, sqw float32)

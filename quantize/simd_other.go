@@ -1,0 +1,10 @@
+//go:build !amd64
+
+package quantize
+
+// haveAVX2 is false off amd64: the plain-Go loops run.
+const haveAVX2 = false
+
+func asymCodesAVX2(w *float32, n int, m, inv, top float32, codes *int32) (sq, sqq int32, sqw float32) {
+	panic("quantize: asymCodesAVX2 without amd64")
+}
