@@ -59,12 +59,22 @@ type Graph struct {
 
 // capture records the stream work fn queues into a graph (device thread).
 func (d *Device) capture(fn func() error) (*Graph, error) {
-	c := d.drv
-	// CU_STREAM_CAPTURE_MODE_RELAXED: allocations elsewhere stay legal.
-	if err := c.check(c.call(fnStreamBeginCapture, d.stream, 2), "cuStreamBeginCapture_v2"); err != nil {
+	if err := d.beginCapture(); err != nil {
 		return nil, err
 	}
-	ferr := fn()
+	return d.endCapture(fn())
+}
+
+// beginCapture starts recording the stream's work (device thread).
+func (d *Device) beginCapture() error {
+	// CU_STREAM_CAPTURE_MODE_RELAXED: allocations elsewhere stay legal.
+	return d.drv.check(d.drv.call(fnStreamBeginCapture, d.stream, 2), "cuStreamBeginCapture_v2")
+}
+
+// endCapture stops recording and instantiates the graph; ferr, the error
+// of the work queued meanwhile, discards it (device thread).
+func (d *Device) endCapture(ferr error) (*Graph, error) {
+	c := d.drv
 	var g uintptr
 	eerr := c.check(c.call(fnStreamEndCapture, d.stream, uintptr(unsafe.Pointer(&g))), "cuStreamEndCapture")
 	if ferr != nil || eerr != nil {

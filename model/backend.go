@@ -92,3 +92,13 @@ type AttnShape struct {
 	// Scale multiplies q·k (1/sqrt(HeadDim)).
 	Scale float32
 }
+
+// StepReplayer is implemented by backends that can record a decode step
+// once and replay it (a CUDA graph). The session calls ReplayStep for
+// one-token steps, after SetStep, with a key that stays the same while the
+// step's buffers and arguments do; enqueue queues the step's operations.
+// The backend runs enqueue directly, or records what it queues, or replays
+// an earlier recording instead of calling it.
+type StepReplayer interface {
+	ReplayStep(key any, enqueue func() error) error
+}

@@ -216,14 +216,50 @@ func (s *Session) run(ctx context.Context, tokens []int, all, hidden bool) (*For
 // whole forward pass, top to bottom.
 func (s *Session) step(ctx context.Context, tokens []int, out *ForwardOutput, all, last, hidden bool) error {
 	be, c, n := s.be, s.cfg, len(tokens)
-	dim, qDim, ffn := c.HiddenSize, c.NumHeads*c.HeadDim, c.IntermediateSize
-	eps := float32(c.RMSNormEps)
-	shape := AttnShape{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
-		Window: c.SlidingWindow, Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))}
 	if err := be.SetStep(tokens, s.pos); err != nil {
 		return fmt.Errorf("model: %s: %w", be.Name(), err)
 	}
 
+	// The final norm and the logits run for every row, or only the last
+	// token's, or not at all for a chunk of prefill before the last.
+	rows, from, head := n, 0, true
+	if !all {
+		rows, from, head = 1, n-1, last
+	}
+	enqueue := func() error { return s.enqueue(ctx, n, rows, from, head, out, hidden) }
+	var err error
+	if r, ok := be.(StepReplayer); ok && n == 1 && !hidden && head {
+		err = r.ReplayStep(s, enqueue) // a decode step: the same every token
+	} else {
+		err = enqueue()
+	}
+	if err != nil {
+		return err
+	}
+	if !head {
+		s.pos += n
+		return be.Err()
+	}
+	logits := make([]float32, rows*c.VocabSize)
+	if err := be.Read(logits, s.logits, 0); err != nil {
+		return fmt.Errorf("model: %s: read logits: %w", be.Name(), err)
+	}
+	if err := be.Err(); err != nil {
+		return fmt.Errorf("model: %s: %w", be.Name(), err)
+	}
+	out.Logits = append(out.Logits, logits...)
+	s.pos += n
+	return nil
+}
+
+// enqueue queues the forward pass over the step's n tokens, from the
+// embeddings to the logits of rows rows from row from (none unless head).
+func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out *ForwardOutput, hidden bool) error {
+	be, c := s.be, s.cfg
+	dim, qDim, ffn := c.HiddenSize, c.NumHeads*c.HeadDim, c.IntermediateSize
+	eps := float32(c.RMSNormEps)
+	shape := AttnShape{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
+		Window: c.SlidingWindow, Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))}
 	// Token embeddings (Gemma scales them by sqrt(hidden)).
 	scale := float32(1)
 	if c.EmbedScale {
@@ -268,28 +304,14 @@ func (s *Session) step(ctx context.Context, tokens []int, out *ForwardOutput, al
 		}
 	}
 
-	// Final norm and logits: for every row, or only the last token's.
-	rows, from := n, 0
-	if !all {
-		if !last {
-			s.pos += n
-			return be.Err()
-		}
-		rows, from = 1, n-1
+	// Final norm and logits.
+	if !head {
+		return nil
 	}
 	x := be.View(s.x, from*dim, rows*dim)
 	xb := be.View(s.xb, 0, rows*dim)
 	be.RMSNorm(xb, x, s.norm, rows, dim, eps, c.NormPlusOne)
 	be.MatMul(s.logits, xb, s.output, rows)
-	logits := make([]float32, rows*c.VocabSize)
-	if err := be.Read(logits, s.logits, 0); err != nil {
-		return fmt.Errorf("model: %s: read logits: %w", be.Name(), err)
-	}
-	if err := be.Err(); err != nil {
-		return fmt.Errorf("model: %s: %w", be.Name(), err)
-	}
-	out.Logits = append(out.Logits, logits...)
-	s.pos += n
 	return nil
 }
 

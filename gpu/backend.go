@@ -1,0 +1,533 @@
+package gpu
+
+import (
+	"fmt"
+
+	"lowbit/model"
+	"lowbit/quantize"
+)
+
+// Backend runs the model's forward pass (model.Backend) on a Device: every
+// weight uploaded once, the KV cache allocated once, activations in device
+// buffers, every operation queued on the device's stream. Only Read copies
+// back. Errors are sticky: the first failure of a queued operation is kept
+// and returned from Read and Err, and later operations are skipped.
+//
+// A decode step (one token) can be recorded as a CUDA graph and replayed
+// (ReplayStep, model.StepReplayer): the step's token id and position live
+// in device memory, written by SetStep, so the graph is the same for every
+// token.
+type Backend struct {
+	d *Device
+
+	mats   map[*model.Weight]*gpuMat
+	bufs   []Buffer
+	caches []*gpuCache
+	// tok and pos hold the step's token ids and the positions of its
+	// tokens (int32, batch of them).
+	tok, pos Buffer
+	maxStep  int
+	n        int // tokens of the current step
+	first    int // position of the step's first token
+	// i8 holds int8 activations and their scale per width (tq2 weights).
+	i8    map[int]Buffer
+	scale Buffer
+
+	idx   Buffer // argmax's result
+
+	steps map[any]*stepGraph
+	// noGraphs runs every step directly (tests compare the two).
+	noGraphs bool
+	err      error
+}
+
+// gpuMat is a weight on the device; w is kept so that an embedding table
+// in a format the embed kernels do not read can be widened once.
+type gpuMat struct {
+	m     *Matrix
+	w     *model.Weight
+	table *Matrix // f32 copy of an embedding table in another format
+}
+
+// gpuBuf is a device activation buffer of n float32 values.
+type gpuBuf struct {
+	b Buffer
+	n int
+}
+
+func (b gpuBuf) Len() int { return b.n }
+
+// gpuCache is a KV cache: per layer [positions, kvDim] keys and values.
+type gpuCache struct {
+	k, v      []Buffer
+	all       Buffer
+	positions int
+	kvDim     int
+}
+
+// stepGraph is a decode step: run directly once (lazy preparations happen
+// outside any capture), captured the second time, replayed afterwards.
+type stepGraph struct {
+	runs int
+	g    *Graph
+}
+
+// NewBackend makes a model backend on d for steps of at most maxStep
+// tokens (the session's batch; 0: 512).
+func NewBackend(d *Device, maxStep int) (*Backend, error) {
+	if maxStep <= 0 {
+		maxStep = 512
+	}
+	b := &Backend{d: d, mats: map[*model.Weight]*gpuMat{}, i8: map[int]Buffer{}, steps: map[any]*stepGraph{}, maxStep: maxStep}
+	err := d.do(func() error {
+		var err error
+		if b.tok, err = d.pool.alloc(d, int64(4*maxStep), MemScratch); err != nil {
+			return err
+		}
+		if b.pos, err = d.pool.alloc(d, int64(4*maxStep), MemScratch); err != nil {
+			return err
+		}
+		if b.scale, err = d.pool.alloc(d, 4, MemScratch); err != nil {
+			return err
+		}
+		b.idx, err = d.pool.alloc(d, 4, MemScratch)
+		return err
+	})
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("gpu: backend: %w", err)
+	}
+	return b, nil
+}
+
+// Device is the GPU the backend runs on.
+func (b *Backend) Device() *Device { return b.d }
+
+// Close frees the backend's weights, buffers, caches and graphs (the
+// Device stays open).
+func (b *Backend) Close() {
+	b.d.do(func() error {
+		for _, s := range b.steps {
+			if s.g != nil {
+				s.g.destroy()
+			}
+		}
+		for _, m := range b.mats {
+			b.d.freeMatrix(m.m)
+			if m.table != nil {
+				b.d.freeMatrix(m.table)
+			}
+		}
+		for _, c := range b.caches {
+			b.d.pool.release(c.all)
+		}
+		for _, x := range append(b.bufs, b.tok, b.pos, b.scale, b.idx) {
+			if x.ptr != 0 {
+				b.d.pool.release(x)
+			}
+		}
+		for _, x := range b.i8 {
+			b.d.pool.release(x)
+		}
+		return nil
+	})
+	b.steps, b.mats, b.caches, b.bufs, b.i8 = map[any]*stepGraph{}, map[*model.Weight]*gpuMat{}, nil, nil, map[int]Buffer{}
+	b.tok, b.pos, b.scale, b.idx = Buffer{}, Buffer{}, Buffer{}, Buffer{}
+}
+
+// Name implements model.Backend.
+func (b *Backend) Name() string { return "cuda" }
+
+// WeightBytes is what one pass over every uploaded weight reads (packed
+// codes plus scales), the numerator of decode's achieved bandwidth.
+func (b *Backend) WeightBytes() int64 {
+	var n int64
+	for _, m := range b.mats {
+		n += m.m.Bytes()
+	}
+	return n
+}
+
+// Upload implements model.Backend: float weights as f32 (rows padded to
+// whole 32-weight blocks), quantized ones packed as they are. A weight
+// uploaded twice (a tied output head) is stored once.
+func (b *Backend) Upload(w *model.Weight) (model.Mat, error) {
+	if w == nil {
+		return nil, fmt.Errorf("gpu: upload of a nil weight")
+	}
+	if m, ok := b.mats[w]; ok {
+		return m, nil
+	}
+	var m *Matrix
+	var err error
+	if w.Q != nil {
+		m, err = b.d.Upload(w.Q)
+	} else {
+		m, err = b.d.UploadFloat(quantize.F32, w.F32, w.Rows, w.Cols)
+	}
+	if err != nil {
+		return nil, memError(err)
+	}
+	gm := &gpuMat{m: m, w: w}
+	b.mats[w] = gm
+	if m.Format == quantize.TQ2 {
+		if _, ok := b.i8[m.Cols]; !ok {
+			err := b.d.do(func() error {
+				q, err := b.d.pool.alloc(b.d, int64(m.blocks()*32), MemScratch)
+				if err != nil {
+					return err
+				}
+				b.i8[m.Cols] = q
+				return b.d.memset(q, 0)
+			})
+			if err != nil {
+				return nil, memError(err)
+			}
+		}
+	}
+	return gm, nil
+}
+
+// memError adds what to do to an out-of-memory error.
+func memError(err error) error {
+	if IsOutOfMemory(err) {
+		return fmt.Errorf("%w (out of GPU memory: use fewer bits, a shorter --ctx, or --device cpu)", err)
+	}
+	return err
+}
+
+// Alloc implements model.Backend: a zeroed buffer, with 32 values of zero
+// padding after its end.
+func (b *Backend) Alloc(n int) (model.Buf, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("gpu: cannot allocate %d values", n)
+	}
+	var buf Buffer
+	err := b.d.do(func() (err error) {
+		if buf, err = b.d.pool.alloc(b.d, int64(4*(n+32)), MemScratch); err != nil {
+			return err
+		}
+		return b.d.memset(buf, 0)
+	})
+	if err != nil {
+		return nil, memError(err)
+	}
+	b.bufs = append(b.bufs, buf)
+	return gpuBuf{b: buf.slice(0, int64(4*n)), n: n}, nil
+}
+
+// View implements model.Backend.
+func (b *Backend) View(x model.Buf, off, n int) model.Buf {
+	g := x.(gpuBuf)
+	if off < 0 || n < 0 || off+n > g.n {
+		b.fail(fmt.Errorf("gpu: view [%d, %d) of a buffer of %d", off, off+n, g.n))
+		return gpuBuf{b: g.b.slice(0, 0)}
+	}
+	return gpuBuf{b: g.b.slice(int64(4*off), int64(4*n)), n: n}
+}
+
+// NewCache implements model.Backend: one allocation (kind MemKV) for every
+// layer's keys and values.
+func (b *Backend) NewCache(layers, positions, kvDim int) (model.KVCache, error) {
+	if layers <= 0 || positions <= 0 || kvDim <= 0 {
+		return nil, fmt.Errorf("gpu: bad cache geometry %d layers x %d positions x %d", layers, positions, kvDim)
+	}
+	per := int64(positions) * int64(kvDim) * 4
+	c := &gpuCache{positions: positions, kvDim: kvDim}
+	err := b.d.do(func() (err error) {
+		if c.all, err = b.d.pool.alloc(b.d, 2*int64(layers)*per, MemKV); err != nil {
+			return err
+		}
+		return b.d.memset(c.all, 0)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gpu: KV cache of %d MiB: %w", 2*int64(layers)*per>>20, memError(err))
+	}
+	for l := 0; l < layers; l++ {
+		c.k = append(c.k, c.all.slice(int64(2*l)*per, per))
+		c.v = append(c.v, c.all.slice(int64(2*l+1)*per, per))
+	}
+	b.caches = append(b.caches, c)
+	return c, nil
+}
+
+// SetStep implements model.Backend: the token ids and their positions go
+// to device memory (a graph replayed afterwards reads them there).
+func (b *Backend) SetStep(tokens []int, pos int) error {
+	if len(tokens) == 0 || len(tokens) > b.maxStep {
+		return fmt.Errorf("gpu: a step of %d tokens (1 to %d)", len(tokens), b.maxStep)
+	}
+	if b.err != nil {
+		return b.err
+	}
+	buf := make([]int32, 2*len(tokens))
+	for i, t := range tokens {
+		buf[i] = int32(t)
+		buf[len(tokens)+i] = int32(pos + i)
+	}
+	b.n, b.first = len(tokens), pos
+	err := b.d.do(func() error {
+		if err := b.d.htod(b.tok, 0, bytesOf(buf[:len(tokens)])); err != nil {
+			return err
+		}
+		return b.d.htod(b.pos, 0, bytesOf(buf[len(tokens):]))
+	})
+	if err != nil {
+		b.fail(err)
+	}
+	return err
+}
+
+// fail records the first error.
+func (b *Backend) fail(err error) {
+	if b.err == nil && err != nil {
+		b.err = err
+	}
+}
+
+// op runs fn on the device thread unless an earlier operation failed.
+func (b *Backend) op(name string, fn func() error) {
+	if b.err != nil {
+		return
+	}
+	if err := b.d.do(fn); err != nil {
+		b.fail(fmt.Errorf("gpu: %s: %w", name, err))
+	}
+}
+
+// Embed implements model.Backend. Tables in formats other than f32 and q8
+// are widened to f32 on the device once, on first use.
+func (b *Backend) Embed(dst model.Buf, table model.Mat, n int, scale float32) {
+	t, out := table.(*gpuMat), dst.(gpuBuf)
+	m := t.m
+	if scale != 1 {
+		b.fail(fmt.Errorf("gpu: scaled embeddings (Gemma) are not supported on the GPU yet"))
+		return
+	}
+	if m.Format != quantize.F32 && m.Format != quantize.Q8 {
+		if t.table == nil {
+			rows, cols := t.w.Rows, t.w.Cols
+			f := make([]float32, rows*cols)
+			for r := 0; r < rows; r++ {
+				t.w.Row(r, f[r*cols:(r+1)*cols])
+			}
+			wide, err := b.d.UploadFloat(quantize.F32, f, rows, cols)
+			if err != nil {
+				b.fail(fmt.Errorf("gpu: embedding table as f32: %w", memError(err)))
+				return
+			}
+			t.table = wide
+		}
+		m = t.table
+	}
+	b.op("embed", func() error {
+		for i := 0; i < n; i++ {
+			row := out.b.slice(int64(4*i*m.Cols), int64(4*m.Cols))
+			if err := b.d.embed(m, b.tok.slice(int64(4*i), 4), row); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// RMSNorm implements model.Backend.
+func (b *Backend) RMSNorm(dst, x model.Buf, w model.Mat, n, dim int, eps float32, plusOne bool) {
+	add := float32(0)
+	if plusOne {
+		add = 1
+	}
+	b.op("rmsnorm", func() error {
+		return b.d.rmsnorm(x.(gpuBuf).b, w.(*gpuMat).m.data, dst.(gpuBuf).b, n, dim, eps, add)
+	})
+}
+
+// MatMul implements model.Backend: one token through the matrix-vector
+// kernels (tq2: activations quantized to int8 per token first, as the
+// reference and the CPU do), several through the matrix-matrix kernel.
+func (b *Backend) MatMul(dst, x model.Buf, w model.Mat, n int) {
+	m, xb, yb := w.(*gpuMat).m, x.(gpuBuf).b, dst.(gpuBuf).b
+	b.op("matmul "+string(m.Format), func() error {
+		switch {
+		case m.Format == quantize.TQ2:
+			q := b.i8[m.Cols]
+			for i := 0; i < n; i++ {
+				xi := xb.slice(int64(4*i*m.Cols), int64(4*m.Cols))
+				if err := b.d.quantizeI8(xi, m.Cols, q, b.scale); err != nil {
+					return err
+				}
+				if err := b.d.matvecI8(m, q, b.scale, yb.slice(int64(4*i*m.Rows), int64(4*m.Rows))); err != nil {
+					return err
+				}
+			}
+			return nil
+		case n == 1 && m.Cols%32 == 0:
+			return b.d.matvec(m, xb, yb)
+		default:
+			return b.d.matmul(m, xb, yb, n)
+		}
+	})
+}
+
+// Rope implements model.Backend.
+func (b *Backend) Rope(x model.Buf, n, heads, headDim int, invFreq model.Mat) {
+	xb, f := x.(gpuBuf).b, invFreq.(*gpuMat).m.data
+	b.op("rope", func() error {
+		for i := 0; i < n; i++ {
+			v := xb.slice(int64(4*i*heads*headDim), int64(4*heads*headDim))
+			if err := b.d.rope(v, heads, headDim, b.pos.slice(int64(4*i), 4), f); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Attention implements model.Backend. Sliding windows are not supported
+// on the GPU yet: a sequence longer than the window is an error.
+func (b *Backend) Attention(out, q, k, v model.Buf, kc model.KVCache, layer, n int, a model.AttnShape) {
+	c := kc.(*gpuCache)
+	if a.Window > 0 && b.first+n > a.Window {
+		b.fail(fmt.Errorf("gpu: attention: sliding window of %d positions is not supported on the GPU (position %d)", a.Window, b.first+n))
+		return
+	}
+	if b.first+n > c.positions {
+		b.fail(fmt.Errorf("gpu: attention: position %d beyond the cache's %d", b.first+n, c.positions))
+		return
+	}
+	qd, kvd := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
+	ob, qb, kb, vb := out.(gpuBuf).b, q.(gpuBuf).b, k.(gpuBuf).b, v.(gpuBuf).b
+	b.op("attention", func() error {
+		for i := 0; i < n; i++ {
+			p := b.pos.slice(int64(4*i), 4)
+			if err := b.d.kvStore(kb.slice(int64(4*i*kvd), int64(4*kvd)), vb.slice(int64(4*i*kvd), int64(4*kvd)),
+				c.k[layer], c.v[layer], kvd, p); err != nil {
+				return err
+			}
+		}
+		for i := 0; i < n; i++ {
+			p := b.pos.slice(int64(4*i), 4)
+			if err := b.d.attention(qb.slice(int64(4*i*qd), int64(4*qd)), c.k[layer], c.v[layer],
+				ob.slice(int64(4*i*qd), int64(4*qd)), a.Heads, a.KVHeads, a.HeadDim, c.positions, p, a.Scale); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// GLU implements model.Backend.
+func (b *Backend) GLU(dst, gate, up model.Buf, n int, act string) {
+	var g GLU
+	switch act {
+	case "silu":
+		g = SwiGLU
+	case "gelu_tanh":
+		g = GeGLU
+	case "relu2":
+		g = ReLU2GLU
+	default:
+		b.fail(fmt.Errorf("gpu: activation %q is not supported", act))
+		return
+	}
+	b.op("glu", func() error { return b.d.glu(gate.(gpuBuf).b, up.(gpuBuf).b, dst.(gpuBuf).b, n, g) })
+}
+
+// Add implements model.Backend.
+func (b *Backend) Add(dst, x model.Buf, n int) {
+	b.op("add", func() error { return b.d.add(dst.(gpuBuf).b, x.(gpuBuf).b, n) })
+}
+
+// Read implements model.Backend.
+func (b *Backend) Read(dst []float32, src model.Buf, off int) error {
+	if b.err != nil {
+		return b.err
+	}
+	s := src.(gpuBuf)
+	if off < 0 || off+len(dst) > s.n {
+		return fmt.Errorf("gpu: read of %d values at %d from a buffer of %d", len(dst), off, s.n)
+	}
+	if err := b.d.do(func() error { return b.d.dtoh(bytesOf(dst), s.b, int64(4*off)) }); err != nil {
+		b.fail(err)
+		return err
+	}
+	return nil
+}
+
+// Argmax returns the index of the largest of the first n values of src,
+// computed on the device: only the index comes back.
+func (b *Backend) Argmax(src model.Buf, n int) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	var idx [1]int32
+	err := b.d.do(func() error {
+		if err := b.d.argmax(src.(gpuBuf).b, n, b.idx); err != nil {
+			return err
+		}
+		return b.d.dtoh(bytesOf(idx[:]), b.idx, 0)
+	})
+	if err != nil {
+		b.fail(err)
+		return 0, err
+	}
+	return int(idx[0]), nil
+}
+
+// Err implements model.Backend.
+func (b *Backend) Err() error {
+	if b.err != nil {
+		return b.err
+	}
+	return nil
+}
+
+// ReplayStep implements model.StepReplayer: the first call for key runs
+// enqueue directly, the second captures what it queues as a CUDA graph
+// and launches it, later calls only launch the graph. enqueue must queue
+// the same operations on the same buffers each time (the token and
+// position come from SetStep's device memory).
+func (b *Backend) ReplayStep(key any, enqueue func() error) error {
+	if b.err != nil {
+		return b.err
+	}
+	s := b.steps[key]
+	if s == nil {
+		s = &stepGraph{}
+		b.steps[key] = s
+	}
+	s.runs++
+	if s.g != nil {
+		if err := b.d.do(func() error { return b.d.launchGraph(s.g) }); err != nil {
+			b.fail(err)
+			return err
+		}
+		return nil
+	}
+	if s.runs == 1 || b.noGraphs {
+		return enqueue()
+	}
+	if err := b.d.do(func() error { return b.d.beginCapture() }); err != nil {
+		b.fail(err)
+		return err
+	}
+	ferr := enqueue()
+	if ferr == nil {
+		ferr = b.err
+	}
+	var g *Graph
+	err := b.d.do(func() (err error) {
+		g, err = b.d.endCapture(ferr)
+		return err
+	})
+	if err != nil {
+		b.fail(err)
+		return err
+	}
+	s.g = g
+	if err := b.d.do(func() error { return b.d.launchGraph(g) }); err != nil {
+		b.fail(err)
+		return err
+	}
+	return nil
+}
