@@ -33,7 +33,7 @@ type Backend struct {
 	i8    map[int]Buffer
 	scale Buffer
 
-	idx   Buffer // argmax's result
+	idx Buffer // argmax's result
 
 	steps map[any]*stepGraph
 	// noGraphs runs every step directly (tests compare the two).

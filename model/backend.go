@@ -102,3 +102,10 @@ type AttnShape struct {
 type StepReplayer interface {
 	ReplayStep(key any, enqueue func() error) error
 }
+
+// Argmaxer is implemented by backends that find the largest of n values
+// where they are (on the device), so greedy decoding copies back one token
+// id instead of the logits.
+type Argmaxer interface {
+	Argmax(src Buf, n int) (int, error)
+}

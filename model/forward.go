@@ -177,6 +177,21 @@ type ForwardOutput struct {
 	// Hidden, when asked for, holds NumLayers+1 residual streams [n, hidden]:
 	// the embeddings, then the output of each layer (before the final norm).
 	Hidden [][]float32
+
+	// greedy asks for the most likely next token only (NextGreedy).
+	greedy bool
+	next   int
+}
+
+// NextGreedy appends tokens and returns the id of the most likely next
+// token. On a backend that implements Argmaxer the logits stay where they
+// are and only the id is copied back.
+func (s *Session) NextGreedy(ctx context.Context, tokens []int) (int, error) {
+	out, err := s.runOut(ctx, tokens, &ForwardOutput{greedy: true}, false, false)
+	if err != nil {
+		return 0, err
+	}
+	return out.next, nil
 }
 
 // ForwardAll appends tokens and returns the logits of every one of them
@@ -187,6 +202,11 @@ func (s *Session) ForwardAll(ctx context.Context, tokens []int, hidden bool) (*F
 
 // run processes tokens in chunks of the batch size.
 func (s *Session) run(ctx context.Context, tokens []int, all, hidden bool) (*ForwardOutput, error) {
+	return s.runOut(ctx, tokens, &ForwardOutput{}, all, hidden)
+}
+
+// runOut is run filling out.
+func (s *Session) runOut(ctx context.Context, tokens []int, out *ForwardOutput, all, hidden bool) (*ForwardOutput, error) {
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("model: no tokens to process")
 	}
@@ -198,7 +218,6 @@ func (s *Session) run(ctx context.Context, tokens []int, all, hidden bool) (*For
 			return nil, fmt.Errorf("model: token id %d is outside the vocabulary of %d", t, s.cfg.VocabSize)
 		}
 	}
-	out := &ForwardOutput{}
 	if hidden {
 		out.Hidden = make([][]float32, s.cfg.NumLayers+1)
 	}
@@ -240,6 +259,15 @@ func (s *Session) step(ctx context.Context, tokens []int, out *ForwardOutput, al
 		s.pos += n
 		return be.Err()
 	}
+	if am, ok := be.(Argmaxer); ok && out.greedy {
+		next, err := am.Argmax(s.logits, c.VocabSize)
+		if err != nil {
+			return fmt.Errorf("model: %s: argmax: %w", be.Name(), err)
+		}
+		out.next = next
+		s.pos += n
+		return nil
+	}
 	logits := make([]float32, rows*c.VocabSize)
 	if err := be.Read(logits, s.logits, 0); err != nil {
 		return fmt.Errorf("model: %s: read logits: %w", be.Name(), err)
@@ -248,6 +276,9 @@ func (s *Session) step(ctx context.Context, tokens []int, out *ForwardOutput, al
 		return fmt.Errorf("model: %s: %w", be.Name(), err)
 	}
 	out.Logits = append(out.Logits, logits...)
+	if out.greedy {
+		out.next = argmaxLogits(logits)
+	}
 	s.pos += n
 	return nil
 }
@@ -326,4 +357,15 @@ func (s *Session) keepHidden(out *ForwardOutput, layer, n int, hidden bool) erro
 	}
 	out.Hidden[layer] = append(out.Hidden[layer], h...)
 	return nil
+}
+
+// argmaxLogits is the index of the largest value (the first on ties).
+func argmaxLogits(x []float32) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
 }

@@ -124,3 +124,31 @@ func TestStories260KQ8(t *testing.T) {
 		}
 	}
 }
+
+// TestNextGreedy: the greedy next token equals the argmax of Forward's
+// logits, step after step.
+func TestNextGreedy(t *testing.T) {
+	m, exp := loadStories(t)
+	a, err := m.NewSession(SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.NewSession(SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := greedy(t, a, exp.Prompt, 16)
+	ctx := context.Background()
+	next, err := b.NextGreedy(ctx, exp.Prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range want {
+		if next != w {
+			t.Fatalf("token %d: NextGreedy %d, Forward's argmax %d", i, next, w)
+		}
+		if next, err = b.NextGreedy(ctx, []int{next}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
