@@ -1,0 +1,192 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"lowbit/gpu"
+	"lowbit/model"
+)
+
+// Options set what Run measures.
+type Options struct {
+	// Prompt is the prompt length of the pp test (0: no pp test).
+	Prompt int
+	// Gen is the number of tokens of the tg test (0: no tg test).
+	Gen int
+	// Reps is the number of timed repetitions of each test (0: 5); one
+	// untimed warm-up run comes first.
+	Reps int
+	// Progress, when not nil, gets a line per repetition.
+	Progress io.Writer
+}
+
+// Stat is a speed in tokens per second over repetitions.
+type Stat struct {
+	Test    string    `json:"test"` // "pp512", "tg128"
+	Tokens  int       `json:"tokens"`
+	Mean    float64   `json:"tokens_per_s"`
+	SD      float64   `json:"sd"`
+	Samples []float64 `json:"samples"`
+}
+
+// Memory is device memory by kind, in bytes.
+type Memory struct {
+	Weights int64 `json:"weights"`
+	KV      int64 `json:"kv_cache"`
+	Scratch int64 `json:"scratch"`
+}
+
+// Result is one model's measurements.
+type Result struct {
+	Model  string  `json:"model"`
+	Format string  `json:"format"`
+	Device string  `json:"device"`
+	Params int64   `json:"params"`
+	Tests  []*Stat `json:"tests"`
+	// WeightBytes is what one decode step reads of the weights (packed
+	// codes plus scales; the embedding's one row is left out).
+	WeightBytes int64 `json:"weight_bytes_per_token"`
+	// Bandwidth is WeightBytes times tg's tokens per second.
+	Bandwidth float64 `json:"achieved_bytes_per_s,omitempty"`
+	// DeviceBandwidth is the device-to-device copy rate (bytes read plus
+	// written), the roofline; 0 where not measured (the CPU).
+	DeviceBandwidth float64 `json:"device_copy_bytes_per_s,omitempty"`
+	Memory          *Memory `json:"vram,omitempty"`
+}
+
+// Run measures m on backend be (nil: the CPU). name and format label the
+// result.
+func Run(ctx context.Context, m *model.Model, be model.Backend, name string, opts Options) (*Result, error) {
+	if opts.Reps <= 0 {
+		opts.Reps = 5
+	}
+	if opts.Prompt < 0 || opts.Gen < 0 || opts.Prompt+opts.Gen == 0 {
+		return nil, fmt.Errorf("bench: nothing to measure (-p %d, -n %d)", opts.Prompt, opts.Gen)
+	}
+	c := m.Config
+	need := max(opts.Prompt, opts.Gen) + 1
+	if need > c.MaxPositions {
+		return nil, fmt.Errorf("bench: %d positions exceed the model's %d", need, c.MaxPositions)
+	}
+	batch := min(max(opts.Prompt, 1), 512)
+	s, err := m.NewSession(model.SessionOptions{Backend: be, Context: need, Batch: batch})
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Model: name, Format: formatOf(m), Device: "cpu", WeightBytes: decodeBytes(m)}
+	for _, w := range m.Weights {
+		res.Params += int64(w.Rows) * int64(w.Cols)
+	}
+	if be != nil {
+		res.Device = be.Name()
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	prompt := make([]int, opts.Prompt)
+	for i := range prompt {
+		prompt[i] = r.IntN(c.VocabSize)
+	}
+	pp := func() error {
+		s.Reset()
+		_, err := s.NextGreedy(ctx, prompt)
+		return err
+	}
+	tg := func(n int) error {
+		s.Reset()
+		tok := c.BOS
+		for i := 0; i < n; i++ {
+			var err error
+			if tok, err = s.NextGreedy(ctx, []int{tok}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// Warm-up: kernels loaded, lazy buffers made, the decode graph captured.
+	if opts.Prompt > 0 {
+		if err := pp(); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Gen > 0 {
+		if err := tg(min(opts.Gen, 4)); err != nil {
+			return nil, err
+		}
+	}
+	timeTest := func(test string, tokens int, fn func() error) error {
+		st := &Stat{Test: test, Tokens: tokens}
+		for i := 0; i < opts.Reps; i++ {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			t0 := time.Now()
+			if err := fn(); err != nil {
+				return err
+			}
+			sec := time.Since(t0).Seconds()
+			st.Samples = append(st.Samples, float64(tokens)/sec)
+			if opts.Progress != nil {
+				fmt.Fprintf(opts.Progress, "%s %s rep %d/%d: %.1f tokens/s\n", name, test, i+1, opts.Reps, float64(tokens)/sec)
+			}
+		}
+		st.Mean, st.SD = meanSD(st.Samples)
+		res.Tests = append(res.Tests, st)
+		return nil
+	}
+	if opts.Prompt > 0 {
+		if err := timeTest(fmt.Sprintf("pp%d", opts.Prompt), opts.Prompt, pp); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Gen > 0 {
+		if err := timeTest(fmt.Sprintf("tg%d", opts.Gen), opts.Gen, func() error { return tg(opts.Gen) }); err != nil {
+			return nil, err
+		}
+		res.Bandwidth = float64(res.WeightBytes) * res.Tests[len(res.Tests)-1].Mean
+	}
+	if gb, ok := be.(*gpu.Backend); ok {
+		ms := gb.Device().MemStats()
+		res.Memory = &Memory{Weights: ms.Weights, KV: ms.KV, Scratch: ms.Scratch}
+		if res.DeviceBandwidth, err = gb.Device().CopyBandwidth(1<<30, 20); err != nil {
+			return nil, fmt.Errorf("bench: copy bandwidth: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// decodeBytes is what a decode step reads of the weights: every matrix
+// once, the embedding table only when it is also the output head.
+func decodeBytes(m *model.Model) int64 {
+	n := m.WeightBytes()
+	if e := m.Weights["model.embed_tokens.weight"]; e != nil && e != m.Output() {
+		n -= e.Bytes()
+	}
+	return n
+}
+
+// formatOf names the format of the model's first layer's q_proj.
+func formatOf(m *model.Model) string {
+	if w := m.Weights["model.layers.0.self_attn.q_proj.weight"]; w != nil {
+		return string(w.Format())
+	}
+	return "?"
+}
+
+// meanSD is the mean and sample standard deviation.
+func meanSD(x []float64) (mean, sd float64) {
+	for _, v := range x {
+		mean += v
+	}
+	mean /= float64(len(x))
+	if len(x) < 2 {
+		return mean, 0
+	}
+	for _, v := range x {
+		sd += (v - mean) * (v - mean)
+	}
+	return mean, math.Sqrt(sd / float64(len(x)-1))
+}
