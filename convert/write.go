@@ -213,7 +213,7 @@ func toFloat(p *tensorPlan, src []byte, dst []float32, r0, cols int64, allow boo
 		return fmt.Errorf("tensor %s: %w", p.name, err)
 	}
 	for i, v := range dst {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+		if v-v != 0 { // NaN and ±Inf give NaN
 			if !allow {
 				row, col := r0+int64(i)/cols, int64(i)%cols
 				return fmt.Errorf("tensor %s: non-finite weight %v at row %d, column %d (use --allow-nonfinite to convert anyway, with such weights set to 0)", p.name, v, row, col)
@@ -245,12 +245,27 @@ func sqErr(q *quantize.Tensor, x []float32) (errSq, refSq float64) {
 	row := make([]float32, q.Cols)
 	for r := 0; r < q.Rows; r++ {
 		q.DequantizeRow(r, row)
-		for c, v := range row {
-			ref := float64(x[r*q.Cols+c])
-			d := float64(v) - ref
-			errSq += d * d
-			refSq += ref * ref
+		xr := x[r*q.Cols : (r+1)*q.Cols]
+		// Four independent chains: the sums are latency-bound otherwise.
+		var e [4]float64
+		var s [4]float64
+		c := 0
+		for ; c+4 <= len(row); c += 4 {
+			for k := 0; k < 4; k++ {
+				ref := float64(xr[c+k])
+				d := float64(row[c+k]) - ref
+				e[k] += d * d
+				s[k] += ref * ref
+			}
 		}
+		for ; c < len(row); c++ {
+			ref := float64(xr[c])
+			d := float64(row[c]) - ref
+			e[0] += d * d
+			s[0] += ref * ref
+		}
+		errSq += (e[0] + e[1]) + (e[2] + e[3])
+		refSq += (s[0] + s[1]) + (s[2] + s[3])
 	}
 	return errSq, refSq
 }
