@@ -18,7 +18,7 @@ what the bits cost, and runs it on an NVIDIA GPU or the CPU.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newConvertCmd(), newDownloadCmd(), newRunCmd(), newValidateCmd())
+	root.AddCommand(newVersionCmd(), newConvertCmd(), newDownloadCmd(), newRunCmd(), newValidateCmd(), newBenchCmd())
 	return root
 }
 

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"lowbit/bench"
+	"lowbit/model"
+	"lowbit/quantize"
+)
+
+// benchFlags are lowbit bench's options.
+type benchFlags struct {
+	prompt, gen, reps int
+	shapes, bits      []string
+	device            string
+	asJSON, quiet     bool
+	offline           bool
+	revision          string
+}
+
+func newBenchCmd() *cobra.Command {
+	var f benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench [model]",
+		Short: "Measure prompt (pp) and generation (tg) speed as llama-bench does",
+		Long: `bench runs a model's prompt processing (-p tokens at once) and token generation
+(-n tokens one by one, greedy) several times and prints tokens per second as mean ± sd,
+the weight bytes a generated token reads, the bandwidth that achieves, and on a GPU
+the device's copy bandwidth (the roofline) and its memory by kind.
+
+Without a model, --shape builds models of real architectures' exact shapes with
+random weights in --bits (no download): tinyllama, llama2-7b, bitnet-2b (ternary).
+Both take comma-separated lists.`,
+		Example: `  lowbit bench ./tinyllama-q4
+  lowbit bench --shape tinyllama,llama2-7b --bits 4,8 -p 512 -n 128
+  lowbit bench --shape bitnet-2b --bits tq2 --json`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runBench(cmd, args, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVarP(&f.prompt, "prompt", "p", 512, "prompt tokens of the pp test (0: none)")
+	fl.IntVarP(&f.gen, "n-gen", "n", 128, "generated tokens of the tg test (0: none)")
+	fl.IntVarP(&f.reps, "repetitions", "r", 5, "timed repetitions of each test")
+	fl.StringSliceVar(&f.shapes, "shape", nil, "random model of this shape instead of a model: "+strings.Join(bench.Shapes(), ", "))
+	fl.StringSliceVar(&f.bits, "bits", []string{"4"}, "format of a --shape model: 1, 2, 4, 8 or tq2")
+	fl.StringVar(&f.device, "device", "auto", "where to run: cuda, cpu or auto")
+	fl.BoolVar(&f.asJSON, "json", false, "print the results as JSON")
+	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress lines")
+	fl.BoolVar(&f.offline, "offline", false, "use the HF cache only (also HF_HUB_OFFLINE=1)")
+	fl.StringVar(&f.revision, "revision", "", "Hub revision of a repo id (default main)")
+	return cmd
+}
+
+// benchFormat reads a --bits value.
+func benchFormat(s string) (quantize.Format, error) {
+	switch s {
+	case "1", "2", "4", "8":
+		return quantize.ParseFormat("q" + s)
+	case "tq2", "ternary", "1.58":
+		return quantize.TQ2, nil
+	}
+	return quantize.ParseFormat(s)
+}
+
+func runBench(cmd *cobra.Command, args []string, f benchFlags) error {
+	ctx := cmd.Context()
+	if (len(args) == 1) == (len(f.shapes) > 0) {
+		return fmt.Errorf("bench: give a model or --shape, one of the two")
+	}
+	progress := progressWriter(f.quiet || f.asJSON)
+	type job struct {
+		name string
+		load func() (*model.Model, error)
+	}
+	var jobs []job
+	if len(args) == 1 {
+		jobs = append(jobs, job{args[0], func() (*model.Model, error) {
+			dir, err := resolveModelDir(ctx, args[0], f.revision, f.offline, progress)
+			if err != nil {
+				return nil, err
+			}
+			return model.Load(ctx, dir, model.LoadOptions{})
+		}})
+	}
+	for _, shape := range f.shapes {
+		for _, b := range f.bits {
+			format, err := benchFormat(b)
+			if err != nil {
+				return fmt.Errorf("--bits %s: %w", b, err)
+			}
+			jobs = append(jobs, job{shape + "-shape", func() (*model.Model, error) {
+				return bench.RandomModel(ctx, shape, format, 1)
+			}})
+		}
+	}
+	var results []*bench.Result
+	for _, j := range jobs {
+		m, err := j.load()
+		if err != nil {
+			return err
+		}
+		be, release, err := openBackend(f.device, cmd.ErrOrStderr())
+		if err != nil {
+			return err
+		}
+		res, err := bench.Run(ctx, m, be, j.name, bench.Options{Prompt: f.prompt, Gen: f.gen, Reps: f.reps, Progress: progress})
+		release()
+		if err != nil {
+			return fmt.Errorf("bench %s: %w", j.name, err)
+		}
+		results = append(results, res)
+		if !f.asJSON {
+			printBench(cmd, res)
+		}
+	}
+	if f.asJSON {
+		return printJSON(cmd.OutOrStdout(), results)
+	}
+	return nil
+}
+
+// printBench writes one result as llama-bench's table rows plus the
+// bandwidth and memory lines.
+func printBench(cmd *cobra.Command, r *bench.Result) {
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "| model | format | params | device | test | t/s |\n|---|---|---:|---|---:|---:|\n")
+	for _, t := range r.Tests {
+		fmt.Fprintf(w, "| %s | %s | %.2f B | %s | %s | %.2f ± %.2f |\n", r.Model, r.Format, float64(r.Params)/1e9, r.Device, t.Test, t.Mean, t.SD)
+	}
+	fmt.Fprintf(w, "weights read per token: %s", humanBytes(r.WeightBytes))
+	if r.Bandwidth > 0 {
+		fmt.Fprintf(w, ", achieved %.0f GB/s", r.Bandwidth/1e9)
+		if r.DeviceBandwidth > 0 {
+			fmt.Fprintf(w, " = %.0f%% of the device copy bandwidth %.0f GB/s (roofline %.0f tokens/s)",
+				100*r.Bandwidth/r.DeviceBandwidth, r.DeviceBandwidth/1e9, r.DeviceBandwidth/float64(r.WeightBytes))
+		}
+	}
+	fmt.Fprintln(w)
+	if r.Memory != nil {
+		fmt.Fprintf(w, "VRAM: weights %s, KV cache %s, scratch %s\n", humanBytes(r.Memory.Weights), humanBytes(r.Memory.KV), humanBytes(r.Memory.Scratch))
+	}
+	fmt.Fprintln(w)
+}

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"lowbit/bench"
+	"lowbit/internal/fixture"
+)
+
+// TestBench runs lowbit bench on a fixture model on the CPU: the table
+// and the JSON carry both tests; bad arguments are refused clearly.
+func TestBench(t *testing.T) {
+	dir := t.TempDir()
+	if err := fixture.Llama().Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runIn(t, "", "bench", dir, "-p", "8", "-n", "4", "-r", "2", "--device", "cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| pp8 |", "| tg4 |", "weights read per token", "| f32 |"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("output lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, err = runIn(t, "", "bench", dir, "-p", "0", "-n", "3", "-r", "2", "--device", "cpu", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res []bench.Result
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if len(res) != 1 || len(res[0].Tests) != 1 || res[0].Tests[0].Test != "tg3" || len(res[0].Tests[0].Samples) != 2 {
+		t.Fatalf("JSON %s", out)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench"}, "give a model or --shape"},
+		{[]string{"bench", dir, "--shape", "tinyllama"}, "give a model or --shape"},
+		{[]string{"bench", "--shape", "nosuch"}, "unknown shape"},
+		{[]string{"bench", "--shape", "tinyllama", "--bits", "3"}, "--bits 3"},
+		{[]string{"bench", dir, "--device", "tpu"}, "want cpu, cuda or auto"},
+	} {
+		_, _, err := runIn(t, "", tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%v: error %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
