@@ -117,7 +117,11 @@ func quantizeAsymRow(t *Tensor, r int, row []float32, search bool, codes []int32
 		w := row[lo:hi]
 		d, m := chooseAsym(w, levels, search, codes)
 		t.Scales[r*ng+g], t.Mins[r*ng+g] = d, m
-		asymCodes(w, d.Float32(), m.Float32(), levels, codes, 0, 0)
+		df, mf := d.Float32(), m.Float32()
+		asymCodes(w, df, mf, levels, codes, 0, 0)
+		for i, v := range w {
+			t.addErr(v, df*float32(codes[i])+mf) // as DequantizeRow computes it
+		}
 		for i := len(w); i < t.GroupSize; i++ {
 			codes[i] = 0
 		}
@@ -143,6 +147,12 @@ func chooseAsym(w []float32, levels int32, search bool, codes []int32) (half.Flo
 		s := asymCodes(w, d, m, levels, codes, sw, sww)
 		fd, fm, ok := s.fit()
 		if !ok {
+			return
+		}
+		// The fit is the least-squares optimum for these codes, so the
+		// fp16-rounded pair cannot beat bestErr when the fit itself does
+		// not (the margin covers the closed form's rounding).
+		if s.err(fd, fm) > bestErr*(1+1e-9)+1e-30 {
 			return
 		}
 		hd, hm := half.FromFloat32(float32(fd)), half.FromFloat32(float32(fm))
