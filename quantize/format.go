@@ -129,6 +129,11 @@ type Tensor struct {
 	Mins []half.Float16
 	// Scale is tq2's per-tensor scale: a weight is Scale times its ternary code.
 	Scale float32
+	// SqErr and SqRef are filled by Quantize: the squared error of the
+	// dequantized weights against the input and the input's squared norm,
+	// summed in float64 in row-major order while the codes are at hand (so a
+	// caller needs no second, dequantizing pass for the error figure).
+	SqErr, SqRef float64
 }
 
 // Groups is the number of groups per row.
@@ -206,10 +211,8 @@ func Quantize(ctx context.Context, f Format, w []float32, rows, cols int, opt Op
 	if rows <= 0 || cols <= 0 || len(w) != rows*cols {
 		return nil, fmt.Errorf("quantize: %d values do not make a [%d, %d] matrix", len(w), rows, cols)
 	}
-	for i, v := range w {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return nil, fmt.Errorf("quantize: non-finite weight %v at row %d, column %d", v, i/cols, i%cols)
-		}
+	if i := FirstNonFinite(w); i >= 0 {
+		return nil, fmt.Errorf("quantize: non-finite weight %v at row %d, column %d", w[i], i/cols, i%cols)
 	}
 	t := &Tensor{Format: f, Rows: rows, Cols: cols}
 	if f != TQ2 {
@@ -234,6 +237,7 @@ func Quantize(ctx context.Context, f Format, w []float32, rows, cols int, opt Op
 		t.Scale = max(s, tq2MinScale)
 	}
 	codes := make([]int32, t.GroupSize+block)
+	var deq []float32
 	for r := 0; r < rows; r++ {
 		if r%256 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -251,8 +255,48 @@ func Quantize(ctx context.Context, f Format, w []float32, rows, cols int, opt Op
 		case TQ2:
 			quantizeTQ2Row(t, r, row)
 		}
+		if f == Q1 || f == TQ2 {
+			if deq == nil {
+				deq = make([]float32, cols)
+			}
+			t.DequantizeRow(r, deq)
+			for c, v := range deq {
+				t.addErr(row[c], v)
+			}
+		}
 	}
 	return t, nil
+}
+
+// addErr adds one weight's squared error (ref the input, v its dequantized
+// value) to SqErr and SqRef.
+func (t *Tensor) addErr(ref, v float32) {
+	r := float64(ref)
+	d := float64(v) - r
+	t.SqErr += d * d
+	t.SqRef += r * r
+}
+
+// FirstNonFinite is the index of the first NaN or Inf in w, or -1. Both
+// have all exponent bits set, and adding one exponent step carries such an
+// exponent (only such) into bit 31: a branch-free scan per block.
+func FirstNonFinite(w []float32) int {
+	const exp = 0x7f800000
+	for b := 0; b < len(w); b += 64 {
+		blk := w[b:min(b+64, len(w))]
+		var acc uint32
+		for _, v := range blk {
+			acc |= math.Float32bits(v)&exp + 0x00800000
+		}
+		if acc&0x80000000 != 0 {
+			for i, v := range blk {
+				if math.Float32bits(v)&exp == exp {
+					return b + i
+				}
+			}
+		}
+	}
+	return -1
 }
 
 // AbsMean is the mean absolute value of w, in float64.

@@ -44,7 +44,9 @@ func quantizeQ8Row(t *Tensor, r int, row []float32, search bool, codes []int32) 
 		t.Scales[r*ng+g] = best
 		d := best.Float32()
 		for i, v := range w {
-			dst[lo+i] = byte(int8(symCode(v, d, 127)))
+			q := int8(symCode(v, d, 127))
+			dst[lo+i] = byte(q)
+			t.addErr(v, d*float32(q)) // as DequantizeRow computes it
 		}
 	}
 }
