@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"time"
 
 	"lowbit/model"
@@ -309,6 +310,58 @@ func (c CPU) MatVec(t *quantize.Tensor, x []float32, act Act) ([]float32, error)
 // MatMul implements Backend.
 func (c CPU) MatMul(t *quantize.Tensor, x []float32, n int) ([]float32, error) {
 	return BackendProduct(model.NewCPU(c.Workers), t, x, n)
+}
+
+// CPUBackends are the CPU implementations that run in lowbit: the model's
+// CPU backend and package quantize's products.
+func CPUBackends() []Backend {
+	return []Backend{CPU{}, Quantize{Workers: runtime.NumCPU()}}
+}
+
+// Quantize is package quantize's own products (MatVec, MatMul and the
+// row dot products under them), checked apart from CPU because the model's
+// CPU backend replaces them with its own kernels for q4 and q8 rows of whole
+// groups and for prefill batches, while other callers (and the backend's
+// other shapes) run these.
+type Quantize struct{ Workers int }
+
+// Name implements Backend.
+func (Quantize) Name() string { return "cpu-quantize" }
+
+// MatVec implements Backend.
+func (q Quantize) MatVec(t *quantize.Tensor, x []float32, act Act) ([]float32, error) {
+	y := make([]float32, t.Rows)
+	switch {
+	case act == ActFloat && t.Format != quantize.TQ2, act == ActInt8 && t.Format == quantize.TQ2:
+		// quantize.MatVec quantizes tq2's activations to int8 itself.
+		quantize.MatVec(context.Background(), t, x, y, q.Workers)
+	case act == ActFloat:
+		for r := range y {
+			y[r] = t.Dot(r, x)
+		}
+	case act == ActInt8:
+		var v quantize.Int8Vec
+		quantize.QuantizeInt8(x, &v)
+		for r := range y {
+			y[r] = t.DotInt8(r, &v)
+		}
+	case act == ActBinary:
+		var v quantize.BinaryVec
+		quantize.Binarize(x, t.GroupSize, &v)
+		for r := range y {
+			y[r] = t.DotBinary(r, &v)
+		}
+	default:
+		return nil, fmt.Errorf("validate: unknown activations %q", act)
+	}
+	return y, nil
+}
+
+// MatMul implements Backend.
+func (q Quantize) MatMul(t *quantize.Tensor, x []float32, n int) ([]float32, error) {
+	y := make([]float32, n*t.Rows)
+	quantize.MatMul(context.Background(), t, x, n, y, q.Workers)
+	return y, nil
 }
 
 // BackendProduct runs y[n, Rows] = x[n, Cols] Wᵀ through a model backend's

@@ -6,24 +6,25 @@ import (
 	"math"
 	"testing"
 
+	"lowbit/half"
 	"lowbit/quantize"
 )
 
 func TestCPUKernelsPass(t *testing.T) {
-	rep, err := RunKernels(context.Background(), KernelOptions{Seed: 42, Backends: []Backend{CPU{Workers: 2}}, Missing: map[string]string{"cuda": "no GPU found"}})
+	rep, err := RunKernels(context.Background(), KernelOptions{Seed: 42, Backends: []Backend{CPU{Workers: 2}, Quantize{Workers: 2}}, Missing: map[string]string{"cuda": "no GPU found"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	worst := map[string]float64{}
 	for _, r := range rep.Results {
-		k := fmt.Sprintf("%s/%s/n%d", r.Format, r.Act, r.N)
+		k := fmt.Sprintf("%s/%s/%s/n%d", r.Backend, r.Format, r.Act, r.N)
 		worst[k] = math.Max(worst[k], r.RelErr)
 		if r.Status != Pass {
 			t.Errorf("%+v", r)
 		}
 	}
 	t.Log(worst)
-	if len(rep.Backends) != 2 || rep.Backends[1].Status != Skipped || rep.Backends[0].Total != len(Cases())*2*len(Shapes()) {
+	if len(rep.Backends) != 3 || rep.Backends[2].Status != Skipped || rep.Backends[0].Total != len(Cases())*2*len(Shapes()) || rep.Backends[1].Total != rep.Backends[0].Total {
 		t.Errorf("backends %+v", rep.Backends)
 	}
 	if !rep.Passed() {
@@ -59,8 +60,36 @@ func (b broken) spoil(y []float32) []float32 {
 	return y
 }
 
+// corrupted runs the real CPU kernels on a weight with one scale read wrong
+// (a factor of 4 on one group, as a misplaced fp16 conversion would give;
+// tq2, which has one scale per tensor, gets one row of codes flipped).
+type corrupted struct{ CPU }
+
+func (b corrupted) Name() string { return "corrupted" }
+func (b corrupted) MatVec(t *quantize.Tensor, x []float32, act Act) ([]float32, error) {
+	return b.CPU.MatVec(corrupt(t), x, act)
+}
+func (b corrupted) MatMul(t *quantize.Tensor, x []float32, n int) ([]float32, error) {
+	return b.CPU.MatMul(corrupt(t), x, n)
+}
+func corrupt(t *quantize.Tensor) *quantize.Tensor {
+	c := *t
+	if len(t.Scales) == 0 {
+		c.Data = append([]byte(nil), t.Data...)
+		row := c.Data[:t.RowBytes()]
+		for i := range row {
+			row[i] ^= 0xff
+		}
+		return &c
+	}
+	c.Scales = append([]half.Float16(nil), t.Scales...)
+	g := len(c.Scales) / 2
+	c.Scales[g] = half.FromFloat32(4 * c.Scales[g].Float32())
+	return &c
+}
+
 func TestChecksCanFail(t *testing.T) {
-	for _, b := range []broken{{scale: 1.08}, {nan: true}} {
+	for _, b := range []Backend{broken{scale: 1.08}, broken{nan: true}, corrupted{}} {
 		rep, err := RunKernels(context.Background(), KernelOptions{Seed: 7, Backends: []Backend{b}, Shapes: []Shape{{16, 96}}})
 		if err != nil {
 			t.Fatal(err)

@@ -1,8 +1,9 @@
 // Package validate measures what the bits cost, so users can trust a
-// low-bit model: kernel checks hold every backend's products (CPU, CUDA) to
-// a float64 reference computed from the same packed bytes by independent
-// code, within a tolerance per bit width; model checks run a quantized model
-// and its float original over a text and compare hidden states, next-token
+// low-bit model: kernel checks hold every backend's products (the model's
+// CPU backend, package quantize's own products, CUDA) to a float64
+// reference computed from the same packed bytes by independent code, within
+// a tolerance per bit width; model checks run a quantized model and its
+// float original over a text and compare hidden states, next-token
 // distributions (KL divergence, top-1 agreement) and perplexity. Reports
 // print as a table, JSON or a self-contained HTML page.
 package validate

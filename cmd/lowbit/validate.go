@@ -85,7 +85,7 @@ perplexity, with per-format thresholds). It exits with status 1 when a check fai
 				rep.Model, rep.ModelDir, rep.Reference = m, args[0], ref
 			}
 			if kernels {
-				opts := validate.KernelOptions{Seed: seed, Backends: []validate.Backend{validate.CPU{}}, Missing: map[string]string{}}
+				opts := validate.KernelOptions{Seed: seed, Backends: validate.CPUBackends(), Missing: map[string]string{}}
 				if device != "cpu" {
 					cuda, err := validate.OpenCUDA()
 					switch {

@@ -27,11 +27,13 @@ func TestValidateKernels(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Status != "PASS" || rep.Kernels.Seed != 9 || len(rep.Kernels.Backends) != 2 || rep.Kernels.Backends[0].Backend != "cpu" || rep.Kernels.Backends[0].Status != "PASS" {
+	if rep.Status != "PASS" || rep.Kernels.Seed != 9 || len(rep.Kernels.Backends) != 3 ||
+		rep.Kernels.Backends[0].Backend != "cpu" || rep.Kernels.Backends[0].Status != "PASS" ||
+		rep.Kernels.Backends[1].Backend != "cpu-quantize" || rep.Kernels.Backends[1].Status != "PASS" {
 		t.Errorf("report %+v", rep)
 	}
 	// Without a GPU, CUDA is skipped, never passed.
-	if b := rep.Kernels.Backends[1]; b.Backend != "cuda" || b.Status == "PASS" {
+	if b := rep.Kernels.Backends[len(rep.Kernels.Backends)-1]; b.Backend != "cuda" || b.Status == "PASS" {
 		t.Errorf("cuda backend %+v", b)
 	}
 }
