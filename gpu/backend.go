@@ -320,15 +320,7 @@ func (b *Backend) Embed(dst model.Buf, table model.Mat, n int, scale float32) {
 		}
 		m = t.table
 	}
-	b.op("embed", func() error {
-		for i := 0; i < n; i++ {
-			row := out.b.slice(int64(4*i*m.Cols), int64(4*m.Cols))
-			if err := b.d.embed(m, b.tok.slice(int64(4*i), 4), row); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	b.op("embed", func() error { return b.d.embed(m, n, b.tok, out.b) })
 }
 
 // RMSNorm implements model.Backend.
@@ -372,15 +364,7 @@ func (b *Backend) MatMul(dst, x model.Buf, w model.Mat, n int) {
 // Rope implements model.Backend.
 func (b *Backend) Rope(x model.Buf, n, heads, headDim int, invFreq model.Mat) {
 	xb, f := x.(gpuBuf).b, invFreq.(*gpuMat).m.data
-	b.op("rope", func() error {
-		for i := 0; i < n; i++ {
-			v := xb.slice(int64(4*i*heads*headDim), int64(4*heads*headDim))
-			if err := b.d.rope(v, heads, headDim, b.pos.slice(int64(4*i), 4), f); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	b.op("rope", func() error { return b.d.rope(xb, n, heads, headDim, b.pos, f) })
 }
 
 // Attention implements model.Backend. Sliding windows are not supported
@@ -395,24 +379,13 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.KVCache, layer, n i
 		b.fail(fmt.Errorf("gpu: attention: position %d beyond the cache's %d", b.first+n, c.positions))
 		return
 	}
-	qd, kvd := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
+	kvd := a.KVHeads * a.HeadDim
 	ob, qb, kb, vb := out.(gpuBuf).b, q.(gpuBuf).b, k.(gpuBuf).b, v.(gpuBuf).b
 	b.op("attention", func() error {
-		for i := 0; i < n; i++ {
-			p := b.pos.slice(int64(4*i), 4)
-			if err := b.d.kvStore(kb.slice(int64(4*i*kvd), int64(4*kvd)), vb.slice(int64(4*i*kvd), int64(4*kvd)),
-				c.k[layer], c.v[layer], kvd, p); err != nil {
-				return err
-			}
+		if err := b.d.kvStore(kb, vb, c.k[layer], c.v[layer], n, kvd, b.pos); err != nil {
+			return err
 		}
-		for i := 0; i < n; i++ {
-			p := b.pos.slice(int64(4*i), 4)
-			if err := b.d.attention(qb.slice(int64(4*i*qd), int64(4*qd)), c.k[layer], c.v[layer],
-				ob.slice(int64(4*i*qd), int64(4*qd)), a.Heads, a.KVHeads, a.HeadDim, c.positions, p, a.Scale); err != nil {
-				return err
-			}
-		}
-		return nil
+		return b.d.attention(qb, c.k[layer], c.v[layer], ob, n, a.Heads, a.KVHeads, a.HeadDim, c.positions, b.pos, a.Scale)
 	})
 }
 

@@ -129,9 +129,14 @@ func (d *Device) freeMatrix(m *Matrix) {
 }
 
 // threadsFor picks the block size of the matvec kernels: enough threads to
-// give each a 32-weight block of the row, 32 to 128.
+// give each a 32-weight block of the row, 32, 64 or 128 (the sizes the
+// kernels are built for; rows of 65 to 96 blocks take 128).
 func threadsFor(nb int) int {
-	return 32 * min(max((nb+31)/32, 1), 4)
+	w := min(max((nb+31)/32, 1), 4)
+	if w == 3 {
+		w = 4
+	}
+	return 32 * w
 }
 
 // chunkBlocks is the number of 32-weight blocks in 16 bytes of a row (one

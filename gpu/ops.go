@@ -25,22 +25,24 @@ func (d *Device) rmsnorm(x, w, y Buffer, rows, n int, eps, wAdd float32) error {
 	return d.launch("rmsnorm", grid1(rows), grid1(256), 0, argBuf(x), argBuf(w), argBuf(y), argInt(n), argF32(eps), argF32(wAdd))
 }
 
-// rope queues the rotation of heads vectors of hd by the position in pos[0].
-func (d *Device) rope(v Buffer, heads, hd int, pos, invFreq Buffer) error {
+// rope queues the rotation of n tokens' heads vectors of hd, token i by
+// the position in pos[i].
+func (d *Device) rope(v Buffer, n, heads, hd int, pos, invFreq Buffer) error {
 	if hd%2 != 0 || hd > 2048 {
 		return fmt.Errorf("gpu: rope: head size %d is odd or over 2048", hd)
 	}
-	return d.launch("rope", grid1(heads), grid1(hd/2), 0, argBuf(v), argInt(hd), argBuf(pos), argBuf(invFreq))
+	return d.launch("rope", grid2(heads, n), grid1(hd/2), 0, argBuf(v), argInt(hd), argBuf(pos), argBuf(invFreq))
 }
 
-// kvStore queues the copy of k and v into row pos[0] of the caches.
-func (d *Device) kvStore(k, v, kc, vc Buffer, kvdim int, pos Buffer) error {
-	return d.launch("kv_store", blocks256(kvdim), grid1(256), 0, argBuf(k), argBuf(v), argBuf(kc), argBuf(vc), argInt(kvdim), argBuf(pos))
+// kvStore queues the copy of n tokens' k and v into rows pos[i] of the caches.
+func (d *Device) kvStore(k, v, kc, vc Buffer, n, kvdim int, pos Buffer) error {
+	return d.launch("kv_store", grid2((kvdim+255)/256, n), grid1(256), 0, argBuf(k), argBuf(v), argBuf(kc), argBuf(vc), argInt(kvdim), argBuf(pos))
 }
 
-// attention queues softmax(q k^T * scale) v over cache rows 0..pos[0] for
-// every query head; maxSeq bounds pos and sizes the scores' shared memory.
-func (d *Device) attention(q, kc, vc, out Buffer, heads, kvHeads, hd, maxSeq int, pos Buffer, scale float32) error {
+// attention queues softmax(q k^T * scale) v over cache rows 0..pos[i] for
+// every query head of each of n tokens; maxSeq bounds pos and sizes the
+// scores' shared memory.
+func (d *Device) attention(q, kc, vc, out Buffer, n, heads, kvHeads, hd, maxSeq int, pos Buffer, scale float32) error {
 	if kvHeads <= 0 || heads%kvHeads != 0 {
 		return fmt.Errorf("gpu: attention: %d heads are not a multiple of %d kv heads", heads, kvHeads)
 	}
@@ -54,7 +56,7 @@ func (d *Device) attention(q, kc, vc, out Buffer, heads, kvHeads, hd, maxSeq int
 		}
 		d.sharedSet["attention"] = shared
 	}
-	return d.launch("attention", grid1(heads), grid1(128), shared, argBuf(q), argBuf(kc), argBuf(vc), argBuf(out),
+	return d.launch("attention", grid2(heads, n), grid1(128), shared, argBuf(q), argBuf(kc), argBuf(vc), argBuf(out),
 		argInt(heads), argInt(kvHeads), argInt(hd), argBuf(pos), argF32(scale))
 }
 
@@ -68,13 +70,14 @@ func (d *Device) add(x, y Buffer, n int) error {
 	return d.launch("add", blocks256(n), grid1(256), 0, argBuf(x), argBuf(y), argInt(n))
 }
 
-// embed queues the copy of embedding row tok[0] of m (f32 or q8) into out.
-func (d *Device) embed(m *Matrix, tok, out Buffer) error {
+// embed queues the copy of embedding rows tok[0..n) of m (f32 or q8) into
+// the rows of out.
+func (d *Device) embed(m *Matrix, n int, tok, out Buffer) error {
 	switch m.Format {
 	case quantize.F32:
-		return d.launch("embed_f32", blocks256(m.Cols), grid1(256), 0, argBuf(m.data), argBuf(tok), argBuf(out), argInt(m.rowBytes/4), argInt(m.Cols))
+		return d.launch("embed_f32", grid2((m.Cols+255)/256, n), grid1(256), 0, argBuf(m.data), argBuf(tok), argBuf(out), argInt(m.rowBytes/4), argInt(m.Cols))
 	case quantize.Q8:
-		return d.launch("embed_q8", blocks256(m.Cols), grid1(256), 0, argBuf(m.data), argBuf(m.scales), argInt(m.rowBytes),
+		return d.launch("embed_q8", grid2((m.Cols+255)/256, n), grid1(256), 0, argBuf(m.data), argBuf(m.scales), argInt(m.rowBytes),
 			argInt(m.GroupSize), argInt(m.groups()), argBuf(tok), argBuf(out), argInt(m.Cols))
 	}
 	return fmt.Errorf("gpu: embedding in %s is not supported (f32 or q8)", m.Format)

@@ -92,7 +92,7 @@ func TestOps(t *testing.T) {
 		}
 		vb := up(t, d, v, 0)
 		pb, ib := up(t, d, []int32{pos}, 0), up(t, d, inv, 0)
-		run(t, d, func() error { return d.rope(vb, heads, hd, pb, ib) })
+		run(t, d, func() error { return d.rope(vb, 1, heads, hd, pb, ib) })
 		ref := make([]float64, heads*hd)
 		for h := 0; h < heads; h++ {
 			for i := 0; i < hd/2; i++ {
@@ -116,14 +116,14 @@ func TestOps(t *testing.T) {
 		for p := 0; p < n; p++ { // fill the cache the way decode does
 			pb := up(t, d, []int32{int32(p)}, 0)
 			kb, vb := up(t, d, K[p*kvdim:(p+1)*kvdim], 0), up(t, d, V[p*kvdim:(p+1)*kvdim], 0)
-			run(t, d, func() error { return d.kvStore(kb, vb, kc, vc, kvdim, pb) })
+			run(t, d, func() error { return d.kvStore(kb, vb, kc, vc, 1, kvdim, pb) })
 		}
 		run(t, d, func() error { return d.htod(posb, 0, bytesOf([]int32{int32(n - 1)})) })
 		q := gaussian(r, heads*hd)
 		out := up(t, d, make([]float32, heads*hd), 0)
 		scale := float32(1 / math.Sqrt(float64(hd)))
 		qb := up(t, d, q, 0)
-		run(t, d, func() error { return d.attention(qb, kc, vc, out, heads, kvHeads, hd, maxSeq, posb, scale) })
+		run(t, d, func() error { return d.attention(qb, kc, vc, out, 1, heads, kvHeads, hd, maxSeq, posb, scale) })
 		ref := make([]float64, heads*hd)
 		for h := 0; h < heads; h++ {
 			kh := h / (heads / kvHeads)
@@ -198,7 +198,7 @@ func TestOps(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer d.FreeMatrix(mf)
-		run(t, d, func() error { return d.embed(mf, tok, out) })
+		run(t, d, func() error { return d.embed(mf, 1, tok, out) })
 		check(t, "embed f32", f64(w[42*dim:43*dim]), down[float32](t, d, out, dim), 0)
 		qt, err := quantize.Quantize(context.Background(), quantize.Q8, w, vocab, dim, quantize.Options{})
 		if err != nil {
@@ -209,7 +209,7 @@ func TestOps(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer d.FreeMatrix(mq)
-		run(t, d, func() error { return d.embed(mq, tok, out) })
+		run(t, d, func() error { return d.embed(mq, 1, tok, out) })
 		row := make([]float32, dim)
 		qt.DequantizeRow(42, row)
 		check(t, "embed q8", f64(row), down[float32](t, d, out, dim), 0)

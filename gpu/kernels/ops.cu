@@ -50,42 +50,45 @@ extern "C" __global__ void rmsnorm(const float* __restrict__ x, const float* __r
     for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * r * (w[i] + w_add);
 }
 
-// rope rotates each head of v [heads, hd] in place by position pos[0], the
-// HF "rotate half" pairing (i, i + hd/2); inv_freq[hd/2] holds the
-// frequencies (scaling already applied). Grid: heads; block: hd/2.
+// rope rotates each head of v [n, heads, hd] in place, token y by position
+// pos[y], the HF "rotate half" pairing (i, i + hd/2); inv_freq[hd/2] holds
+// the frequencies (scaling already applied). Grid: (heads, n); block: hd/2.
 extern "C" __global__ void rope(float* __restrict__ v, int hd, const int* __restrict__ pos,
                                 const float* __restrict__ inv_freq) {
     const int i = threadIdx.x, half = hd / 2;
     if (i >= half) return;
-    float* h = v + (size_t)blockIdx.x * hd;
+    float* h = v + ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * hd;
     float s, c;
-    sincosf((float)pos[0] * inv_freq[i], &s, &c);
+    sincosf((float)pos[blockIdx.y] * inv_freq[i], &s, &c);
     const float a = h[i], b = h[i + half];
     h[i] = a * c - b * s;
     h[i + half] = b * c + a * s;
 }
 
-// kv_store copies this step's k and v (kvdim floats each) into row pos[0]
-// of the caches [max_seq, kvdim].
+// kv_store copies the step's k and v ([n, kvdim] each) into rows pos[y]
+// of the caches [max_seq, kvdim]. Grid: (kvdim/256 rounded up, n).
 extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __restrict__ v, float* __restrict__ kc,
                                     float* __restrict__ vc, int kvdim, const int* __restrict__ pos) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= kvdim) return;
-    const size_t o = (size_t)pos[0] * kvdim + i;
-    kc[o] = k[i];
-    vc[o] = v[i];
+    const size_t o = (size_t)pos[blockIdx.y] * kvdim + i, src = (size_t)blockIdx.y * kvdim + i;
+    kc[o] = k[src];
+    vc[o] = v[src];
 }
 
-// attention: one block per query head over cache rows 0..pos[0]: scores
-// in shared memory (dynamic, max_seq floats), softmax, weighted sum of
-// values. Query head h reads kv head h / (heads / kv_heads).
+// attention: one block per query head and token y over cache rows
+// 0..pos[y] (causal): scores in shared memory (dynamic, max_seq floats),
+// softmax, weighted sum of values. Query head h reads kv head
+// h / (heads / kv_heads). q and out are [n, heads, hd]. Grid: (heads, n).
 extern "C" __global__ void attention(const float* __restrict__ q, const float* __restrict__ kc,
                                      const float* __restrict__ vc, float* __restrict__ out, int heads, int kv_heads,
                                      int hd, const int* __restrict__ pos, float scale) {
     extern __shared__ float sc[];
     __shared__ float red[33];
     const int h = blockIdx.x, kvh = h / (heads / kv_heads), kvdim = kv_heads * hd;
-    const int n = pos[0] + 1;
+    const int n = pos[blockIdx.y] + 1;
+    q += (size_t)blockIdx.y * heads * hd;
+    out += (size_t)blockIdx.y * heads * hd;
     const float* qh = q + (size_t)h * hd;
     float m = -INFINITY;
     for (int t = threadIdx.x; t < n; t += blockDim.x) {
@@ -138,20 +141,21 @@ extern "C" __global__ void add(float* __restrict__ x, const float* __restrict__ 
     if (i < n) x[i] += y[i];
 }
 
-// embed_f32 and embed_q8 copy row tok[0] of the embedding table into out,
-// dequantizing q8 rows (fp16 scale per group of gs).
+// embed_f32 and embed_q8 copy row tok[y] of the embedding table into row y
+// of out [n, dim], dequantizing q8 rows (fp16 scale per group of gs).
+// Grid: (dim/256 rounded up, n).
 extern "C" __global__ void embed_f32(const float* __restrict__ table, const int* __restrict__ tok,
                                      float* __restrict__ out, int stride, int dim) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < dim) out[i] = table[(size_t)tok[0] * stride + i];
+    if (i < dim) out[(size_t)blockIdx.y * dim + i] = table[(size_t)tok[blockIdx.y] * stride + i];
 }
 
 extern "C" __global__ void embed_q8(const int8_t* __restrict__ q, const __half* __restrict__ scales, int row_bytes,
                                     int gs, int ng, const int* __restrict__ tok, float* __restrict__ out, int dim) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= dim) return;
-    const size_t r = (size_t)tok[0];
-    out[i] = __half2float(scales[r * ng + i / gs]) * (float)q[r * row_bytes + i];
+    const size_t r = (size_t)tok[blockIdx.y];
+    out[(size_t)blockIdx.y * dim + i] = __half2float(scales[r * ng + i / gs]) * (float)q[r * row_bytes + i];
 }
 
 // argmax writes the index of the largest of x[0..n) (the first on ties)
