@@ -157,9 +157,8 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 		if err != nil {
 			return e, fmt.Errorf("tensor %s (rows %d-%d): %w", p.name, r0, r0+nr-1, err)
 		}
-		es, rs := sqErr(q, x)
-		errSq += es
-		refSq += rs
+		errSq += q.SqErr // summed by Quantize while it had the codes
+		refSq += q.SqRef
 		if err := parts[manifest.RoleQWeight].write(q.Data); err != nil {
 			return e, fmt.Errorf("tensor %s: %w", p.name, err)
 		}
@@ -238,36 +237,6 @@ func scanAbsSum(raw []byte, p *tensorPlan, rows, cols, chunkRows int64, buf []fl
 		sum += quantize.AbsMean(x) * float64(len(x))
 	}
 	return sum, nil
-}
-
-// sqErr returns the squared error of q's dequantized weights against x, and x's squared norm.
-func sqErr(q *quantize.Tensor, x []float32) (errSq, refSq float64) {
-	row := make([]float32, q.Cols)
-	for r := 0; r < q.Rows; r++ {
-		q.DequantizeRow(r, row)
-		xr := x[r*q.Cols : (r+1)*q.Cols]
-		// Four independent chains: the sums are latency-bound otherwise.
-		var e [4]float64
-		var s [4]float64
-		c := 0
-		for ; c+4 <= len(row); c += 4 {
-			for k := 0; k < 4; k++ {
-				ref := float64(xr[c+k])
-				d := float64(row[c+k]) - ref
-				e[k] += d * d
-				s[k] += ref * ref
-			}
-		}
-		for ; c < len(row); c++ {
-			ref := float64(xr[c])
-			d := float64(row[c]) - ref
-			e[0] += d * d
-			s[0] += ref * ref
-		}
-		errSq += (e[0] + e[1]) + (e[2] + e[3])
-		refSq += (s[0] + s[1]) + (s[2] + s[3])
-	}
-	return errSq, refSq
 }
 
 func halfBytes(h []half.Float16) []byte {
