@@ -2,10 +2,17 @@ package convert
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 
+	"lowbit/manifest"
+	"lowbit/model"
 	"lowbit/quantize"
+	"lowbit/safetensors"
 )
 
 // BitNet's packed checkpoint (microsoft/bitnet-b1.58-2B-4T) stores each
@@ -91,4 +98,102 @@ func packBitNet(t []int8, rows, cols int) ([]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// bitnetLinearClass reads quantization_config.linear_class from a
+// config.json ("" when absent, which means BitLinear).
+func bitnetLinearClass(configJSON []byte) string {
+	var c struct {
+		Q struct {
+			LinearClass string `json:"linear_class"`
+		} `json:"quantization_config"`
+	}
+	_ = json.Unmarshal(configJSON, &c) // the config parsed once already; absent means BitLinear
+	return c.Q.LinearClass
+}
+
+// bitnetScaleSuffix names a packed weight's scale tensor: "<weight>_scale".
+const bitnetScaleSuffix = "_scale"
+
+// packedBitNetScales maps each packed BitNet weight of set (a U8 tensor
+// with a "<name>_scale" sibling) to its scale tensor's name.
+func packedBitNetScales(set *safetensors.Set) map[string]string {
+	have := map[string]bool{}
+	for _, n := range set.Names() {
+		have[n] = true
+	}
+	out := map[string]string{}
+	for _, n := range set.Names() {
+		if info, _ := set.Info(n); info.DType == "U8" && have[n+bitnetScaleSuffix] {
+			out[n] = n + bitnetScaleSuffix
+		}
+	}
+	return out
+}
+
+// isPackedScale reports whether name is the scale of a packed weight.
+func isPackedScale(name string, packed map[string]string) bool {
+	base, ok := strings.CutSuffix(name, bitnetScaleSuffix)
+	return ok && packed[base] == name
+}
+
+// planPackedBitNet plans a packed linear: tq2 of [4*packedRows, cols],
+// its codes and scale taken as they are.
+func planPackedBitNet(cfg model.Config, name string, info safetensors.TensorInfo, scaleName string, s settings) (*tensorPlan, error) {
+	p := &tensorPlan{name: name, info: info, role: cfg.TensorRole(name), format: quantize.TQ2, packedScale: scaleName}
+	if p.role != model.RoleLinear {
+		return nil, fmt.Errorf("tensor %s: packed BitNet weights are linear weights, this is a %s tensor", name, p.role)
+	}
+	if s.linear != quantize.TQ2 {
+		return nil, fmt.Errorf("tensor %s: a packed BitNet checkpoint is ternary; convert it with --bits ternary (asked for %s)", name, s.linear)
+	}
+	if len(info.Shape) != 2 || info.Shape[0] <= 0 || info.Shape[1] <= 0 {
+		return nil, fmt.Errorf("tensor %s: packed weight of shape %v, want [out/4, in]", name, info.Shape)
+	}
+	p.rows, p.cols = int(info.Shape[0])*bitnetValuesPerByte, int(info.Shape[1])
+	if want := cfg.TensorShape(name); len(want) == 2 && (int64(p.rows) != want[0] || int64(p.cols) != want[1]) {
+		return nil, fmt.Errorf("tensor %s: packed shape %v unpacks to [%d, %d], the config says %v", name, info.Shape, p.rows, p.cols, want)
+	}
+	p.parts = partsOf(p)
+	return p, nil
+}
+
+// convertPackedBitNet writes a packed linear as tq2: the same ternary codes,
+// S from its weight_scale (bitnetScale), no quantization error.
+func convertPackedBitNet(ctx context.Context, set *safetensors.Set, w *safetensors.Writer, p *tensorPlan, s settings, bar progressBar) (manifest.Tensor, error) {
+	e := manifest.Tensor{Name: p.name, Shape: []int64{int64(p.rows), int64(p.cols)}, Format: string(p.format), SourceDType: string(p.info.DType)}
+	raw, err := set.Data(p.name)
+	if err != nil {
+		return e, err
+	}
+	sinfo, _ := set.Info(p.packedScale)
+	sraw, err := set.Data(p.packedScale)
+	if err != nil {
+		return e, err
+	}
+	if sinfo.NumElements() != 1 {
+		return e, fmt.Errorf("tensor %s: %d values, a weight scale has one", p.packedScale, sinfo.NumElements())
+	}
+	ws := make([]float32, 1)
+	if err := safetensors.ToFloat32(sinfo.DType, sraw, ws); err != nil {
+		return e, fmt.Errorf("tensor %s: %w", p.packedScale, err)
+	}
+	q, err := unpackBitNet(ctx, p.name, raw, p.rows/bitnetValuesPerByte, p.cols, ws[0], s.bitnetLinearClass)
+	if err != nil {
+		return e, err
+	}
+	parts := make(map[string]*partWriter, len(p.parts))
+	for _, pp := range p.parts {
+		parts[pp.role] = &partWriter{w: w, name: pp.spec.Name, h: sha256.New()}
+	}
+	if err := parts[manifest.RoleQWeight].write(q.Data); err != nil {
+		return e, fmt.Errorf("tensor %s: %w", p.name, err)
+	}
+	if err := parts[manifest.RoleScale].write(binary.LittleEndian.AppendUint32(nil, math.Float32bits(q.Scale))); err != nil {
+		return e, fmt.Errorf("tensor %s: %w", p.name, err)
+	}
+	zero := 0.0 // the checkpoint's weights are represented exactly
+	e.RelL2Error = &zero
+	bar.Add(len(raw))
+	return finish(e, p, parts)
 }

@@ -4,11 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
+	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 
+	"lowbit/internal/fixture"
+	"lowbit/model"
 	"lowbit/quantize"
+	"lowbit/safetensors"
 )
 
 // bitnetPacked is testdata/parity/bitnet_packed.json, written by
@@ -150,4 +157,140 @@ func TestBitNetPackedBadInput(t *testing.T) {
 	if _, err := packBitNet(make([]int8, 6), 6, 1); err == nil {
 		t.Error("packing 6 rows succeeded")
 	}
+}
+
+// writePackedBitNet writes src (a float BitNet checkpoint written by the
+// fixture) again as microsoft/bitnet-b1.58-2B-4T packs it: every linear
+// ternarized as transformers' WeightQuant does (per-tensor s = 1/mean|W|,
+// round(W*s) clipped to [-1, 1]), packed by packBitNet, with a float32
+// "<name>_scale" = s, as BitLinear reads it; quantization_config added.
+func writePackedBitNet(t *testing.T, spec fixture.Spec, dst string) {
+	t.Helper()
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := spec.Config()
+	cfg["quantization_config"] = map[string]any{"quant_method": "bitnet", "linear_class": "bitlinear", "quantization_mode": "offline"}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dst, "config.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mc, err := model.ParseHFConfig(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := map[string][]byte{}
+	var specs []safetensors.Spec
+	for name, shape := range spec.Tensors() {
+		w := spec.Weights(name, shape)
+		if mc.TensorRole(name) != model.RoleLinear {
+			raw, _ := safetensors.FromFloat32("F32", w)
+			specs = append(specs, safetensors.Spec{Name: name, DType: "F32", Shape: shape})
+			data[name] = raw
+			continue
+		}
+		s := float32(1) / max(float32(quantize.AbsMean(w)), 1e-5)
+		tern := make([]int8, len(w))
+		for i, v := range w {
+			tern[i] = int8(max(min(math.RoundToEven(float64(v*s)), 1), -1))
+		}
+		p, err := packBitNet(tern, int(shape[0]), int(shape[1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs = append(specs, safetensors.Spec{Name: name, DType: "U8", Shape: []int64{shape[0] / 4, shape[1]}},
+			safetensors.Spec{Name: name + "_scale", DType: "F32", Shape: []int64{1}})
+		data[name] = p
+		data[name+"_scale"], _ = safetensors.FromFloat32("F32", []float32{s})
+	}
+	sort.Slice(specs, func(i, j int) bool { return specs[i].Name < specs[j].Name })
+	w, err := safetensors.Create(filepath.Join(dst, "model.safetensors"), specs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sp := range specs {
+		if err := w.Write(sp.Name, data[sp.Name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConvertPackedBitNet converts the same BitNet model from its float
+// master weights and from its packed checkpoint and finds the same lowbit
+// model: every ternary code equal, scales within an ulp (1/(1/S) in
+// float32), float tensors equal, and the same logits.
+func TestConvertPackedBitNet(t *testing.T) {
+	spec := fixture.Spec{Arch: "BitNetForCausalLM", Hidden: 64, Intermediate: 96, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, Vocab: 80, Tied: true, Seed: 3}
+	fromFloat, _ := convertFixture(t, spec, Options{Bits: "ternary", NoValidate: true})
+	packedDir := filepath.Join(t.TempDir(), "packed")
+	writePackedBitNet(t, spec, packedDir)
+	out := filepath.Join(t.TempDir(), "out")
+	res, err := Run(context.Background(), Options{Source: packedDir, Out: out, Bits: "ternary", NoValidate: true})
+	if err != nil {
+		t.Fatalf("convert packed: %v", err)
+	}
+	ctx := context.Background()
+	a, err := model.Load(ctx, fromFloat.OutDir, model.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := model.Load(ctx, res.OutDir, model.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	linears := 0
+	for name, wa := range a.Weights {
+		wb := b.Weights[name]
+		if wb == nil {
+			t.Fatalf("%s missing from the packed conversion", name)
+		}
+		if wa.Q == nil {
+			if !slices.Equal(wa.F32, wb.F32) {
+				t.Errorf("%s: float tensors differ", name)
+			}
+			continue
+		}
+		if wa.Q.Format != quantize.TQ2 {
+			continue // embedding/head at 8 bits, compared through the logits
+		}
+		linears++
+		if wb.Q == nil || wb.Q.Format != quantize.TQ2 || !bytes.Equal(wa.Q.Data, wb.Q.Data) {
+			t.Errorf("%s: ternary codes differ", name)
+			continue
+		}
+		if d := math.Abs(float64(wa.Q.Scale - wb.Q.Scale)); d > float64(math.Nextafter32(wa.Q.Scale, 1)-wa.Q.Scale) {
+			t.Errorf("%s: scale %v from bf16 master, %v from packed", name, wa.Q.Scale, wb.Q.Scale)
+		}
+	}
+	if linears != 7*spec.Layers {
+		t.Errorf("compared %d ternary linears, want %d", linears, 7*spec.Layers)
+	}
+	la, lb := logitsOf(t, a), logitsOf(t, b)
+	if e := quantize.RelL2(la, lb); !(e <= 1e-5) {
+		t.Errorf("logits differ: rel L2 %.3g", e)
+	}
+	// A packed checkpoint asked for another format is refused, by name.
+	_, err = Run(context.Background(), Options{Source: packedDir, Out: filepath.Join(t.TempDir(), "q4"), Bits: "4", NoValidate: true})
+	if err == nil || !strings.Contains(err.Error(), "--bits ternary") {
+		t.Errorf("packed checkpoint at 4 bits: %v", err)
+	}
+}
+
+func logitsOf(t *testing.T, m *model.Model) []float32 {
+	t.Helper()
+	s, err := m.NewSession(model.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.ForwardAll(context.Background(), []int{1, 5, 9, 20, 33, 7}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Logits
 }

@@ -83,6 +83,7 @@ type settings struct {
 	search                    bool
 	allowNonFinite            bool
 	workers                   int
+	bitnetLinearClass         string // quantization_config.linear_class of a packed BitNet checkpoint
 }
 
 // auxFiles are copied from the source directory when present.
@@ -111,6 +112,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.bitnetLinearClass = bitnetLinearClass(cfgBytes)
 	set, err := safetensors.OpenDir(snap.Dir)
 	if err != nil {
 		return nil, err

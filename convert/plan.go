@@ -22,6 +22,8 @@ type tensorPlan struct {
 	cols   int
 	group  int
 	parts  []partPlan
+	// packedScale names the weight_scale tensor of a packed BitNet weight (bitnet.go).
+	packedScale string
 }
 
 // partPlan is one stored array of a tensor.
@@ -55,8 +57,20 @@ func planTensors(cfg model.Config, set *safetensors.Set, s settings) ([]*tensorP
 	}
 
 	var plans []*tensorPlan
+	packed := packedBitNetScales(set)
 	for _, name := range names {
 		info, _ := set.Info(name)
+		if isPackedScale(name, packed) {
+			continue
+		}
+		if scale, ok := packed[name]; ok {
+			p, err := planPackedBitNet(cfg, name, info, scale, s)
+			if err != nil {
+				return nil, err
+			}
+			plans = append(plans, p)
+			continue
+		}
 		switch info.DType {
 		case "F32", "F16", "BF16":
 		default:

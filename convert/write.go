@@ -99,6 +99,9 @@ func (pw *partWriter) write(b []byte) error {
 
 // convertTensor quantizes (or converts to float) one tensor chunk by chunk.
 func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Writer, p *tensorPlan, s settings, bar progressBar) (manifest.Tensor, error) {
+	if p.packedScale != "" {
+		return convertPackedBitNet(ctx, set, w, p, s, bar)
+	}
 	raw, err := set.Data(p.name)
 	if err != nil {
 		return manifest.Tensor{}, err
