@@ -24,16 +24,18 @@ type Backend struct {
 	bufs   []Buffer
 	caches []*gpuCache
 	// tok and pos hold the step's token ids and the positions of its
-	// tokens (int32, batch of them).
-	tok, pos Buffer
-	maxStep  int
-	n        int // tokens of the current step
-	first    int // position of the step's first token
+	// tokens (int32, maxStep of each), the two halves of step.
+	step, tok, pos Buffer
+	maxStep        int
+	n              int // tokens of the current step
+	first          int // position of the step's first token
 	// i8 holds int8 activations and their scale per width (tq2 weights).
 	i8    map[int]Buffer
 	scale Buffer
 
 	idx Buffer // argmax's result
+
+	fused []*Matrix // joined weights (Fuse); parts are views into them
 
 	steps map[any]*stepGraph
 	// noGraphs runs every step directly (tests compare the two).
@@ -47,6 +49,8 @@ type gpuMat struct {
 	m     *Matrix
 	w     *model.Weight
 	table *Matrix // f32 copy of an embedding table in another format
+	// view: m lies inside a fused matrix (Fuse), which owns the memory.
+	view bool
 }
 
 // gpuBuf is a device activation buffer of n float32 values.
@@ -81,12 +85,10 @@ func NewBackend(d *Device, maxStep int) (*Backend, error) {
 	b := &Backend{d: d, mats: map[*model.Weight]*gpuMat{}, i8: map[int]Buffer{}, steps: map[any]*stepGraph{}, maxStep: maxStep}
 	err := d.do(func() error {
 		var err error
-		if b.tok, err = d.pool.alloc(d, int64(4*maxStep), MemScratch); err != nil {
+		if b.step, err = d.pool.alloc(d, int64(8*maxStep), MemScratch); err != nil {
 			return err
 		}
-		if b.pos, err = d.pool.alloc(d, int64(4*maxStep), MemScratch); err != nil {
-			return err
-		}
+		b.tok, b.pos = b.step.slice(0, int64(4*maxStep)), b.step.slice(int64(4*maxStep), int64(4*maxStep))
 		if b.scale, err = d.pool.alloc(d, 4, MemScratch); err != nil {
 			return err
 		}
@@ -112,8 +114,13 @@ func (b *Backend) Close() {
 				s.g.destroy()
 			}
 		}
+		for _, m := range b.fused {
+			b.d.freeMatrix(m)
+		}
 		for _, m := range b.mats {
-			b.d.freeMatrix(m.m)
+			if !m.view {
+				b.d.freeMatrix(m.m)
+			}
 			if m.table != nil {
 				b.d.freeMatrix(m.table)
 			}
@@ -121,7 +128,7 @@ func (b *Backend) Close() {
 		for _, c := range b.caches {
 			b.d.pool.release(c.all)
 		}
-		for _, x := range append(b.bufs, b.tok, b.pos, b.scale, b.idx) {
+		for _, x := range append(b.bufs, b.step, b.scale, b.idx) {
 			if x.ptr != 0 {
 				b.d.pool.release(x)
 			}
@@ -131,8 +138,8 @@ func (b *Backend) Close() {
 		}
 		return nil
 	})
-	b.steps, b.mats, b.caches, b.bufs, b.i8 = map[any]*stepGraph{}, map[*model.Weight]*gpuMat{}, nil, nil, map[int]Buffer{}
-	b.tok, b.pos, b.scale, b.idx = Buffer{}, Buffer{}, Buffer{}, Buffer{}
+	b.steps, b.mats, b.caches, b.bufs, b.i8, b.fused = map[any]*stepGraph{}, map[*model.Weight]*gpuMat{}, nil, nil, map[int]Buffer{}, nil
+	b.step, b.tok, b.pos, b.scale, b.idx = Buffer{}, Buffer{}, Buffer{}, Buffer{}, Buffer{}
 }
 
 // Name implements model.Backend.
@@ -260,18 +267,14 @@ func (b *Backend) SetStep(tokens []int, pos int) error {
 	if b.err != nil {
 		return b.err
 	}
-	buf := make([]int32, 2*len(tokens))
+	// One copy: ids in the first half, positions in the second.
+	buf := make([]int32, 2*b.maxStep)
 	for i, t := range tokens {
 		buf[i] = int32(t)
-		buf[len(tokens)+i] = int32(pos + i)
+		buf[b.maxStep+i] = int32(pos + i)
 	}
 	b.n, b.first = len(tokens), pos
-	err := b.d.do(func() error {
-		if err := b.d.htod(b.tok, 0, bytesOf(buf[:len(tokens)])); err != nil {
-			return err
-		}
-		return b.d.htod(b.pos, 0, bytesOf(buf[len(tokens):]))
-	})
+	err := b.d.do(func() error { return b.d.htod(b.step, 0, bytesOf(buf)) })
 	if err != nil {
 		b.fail(err)
 	}
@@ -503,4 +506,106 @@ func (b *Backend) ReplayStep(key any, enqueue func() error) error {
 		return err
 	}
 	return nil
+}
+
+// Fuse implements model.Fuser: matrices of one format, width and group
+// size (not tq2, whose scale is per matrix) are copied into one matrix of
+// all their rows, and each part becomes a view into it, so no weight is
+// held twice. Parts whose rows or scales would not start on a 16-byte
+// boundary are not fused.
+func (b *Backend) Fuse(parts ...model.Mat) (model.Mat, bool) {
+	if len(parts) < 2 || b.err != nil {
+		return nil, false
+	}
+	ps := make([]*gpuMat, len(parts))
+	for i, p := range parts {
+		g, ok := p.(*gpuMat)
+		if !ok || g.view || g.table != nil {
+			return nil, false
+		}
+		ps[i] = g
+	}
+	f := ps[0].m
+	if f.Format == quantize.TQ2 {
+		return nil, false
+	}
+	rows := 0
+	for _, p := range ps {
+		m := p.m
+		if m.Format != f.Format || m.Cols != f.Cols || m.GroupSize != f.GroupSize || m.rowBytes != f.rowBytes ||
+			(m.scales.ptr == 0) != (f.scales.ptr == 0) || (m.mins.ptr == 0) != (f.mins.ptr == 0) {
+			return nil, false
+		}
+		if (rows*f.rowBytes)%16 != 0 || (rows*f.groups()*2)%16 != 0 {
+			return nil, false
+		}
+		rows += m.Rows
+	}
+	ng := f.groups()
+	fused := &Matrix{Format: f.Format, Rows: rows, Cols: f.Cols, GroupSize: f.GroupSize, rowBytes: f.rowBytes, scale: f.scale}
+	err := b.d.do(func() error {
+		var err error
+		if fused.data, err = b.d.pool.alloc(b.d, int64(rows*f.rowBytes), MemWeights); err != nil {
+			return err
+		}
+		if f.scales.ptr != 0 {
+			if fused.scales, err = b.d.pool.alloc(b.d, int64(rows*ng*2), MemWeights); err != nil {
+				b.d.freeMatrix(fused)
+				return err
+			}
+		}
+		if f.mins.ptr != 0 {
+			if fused.mins, err = b.d.pool.alloc(b.d, int64(rows*ng*2), MemWeights); err != nil {
+				b.d.freeMatrix(fused)
+				return err
+			}
+		}
+		r0 := 0
+		for _, p := range ps {
+			m := p.m
+			for _, c := range []struct {
+				dst, src Buffer
+				per      int
+			}{{fused.data, m.data, f.rowBytes}, {fused.scales, m.scales, ng * 2}, {fused.mins, m.mins, ng * 2}} {
+				if c.src.ptr == 0 {
+					continue
+				}
+				n := int64(m.Rows * c.per)
+				if err := b.d.copyDtoD(c.dst.slice(int64(r0*c.per), n), c.src, n); err != nil {
+					b.d.freeMatrix(fused)
+					return err
+				}
+			}
+			r0 += m.Rows
+		}
+		if err := b.d.sync(); err != nil {
+			b.d.freeMatrix(fused)
+			return err
+		}
+		// The parts become views; their own memory goes back to the pool.
+		r0 = 0
+		for _, p := range ps {
+			m := p.m
+			v := &Matrix{Format: m.Format, Rows: m.Rows, Cols: m.Cols, GroupSize: m.GroupSize, rowBytes: m.rowBytes,
+				scale: m.scale, packed: m.packed, scaleSz: m.scaleSz,
+				data: fused.data.slice(int64(r0*f.rowBytes), int64(m.Rows*f.rowBytes))}
+			if fused.scales.ptr != 0 {
+				v.scales = fused.scales.slice(int64(r0*ng*2), int64(m.Rows*ng*2))
+			}
+			if fused.mins.ptr != 0 {
+				v.mins = fused.mins.slice(int64(r0*ng*2), int64(m.Rows*ng*2))
+			}
+			b.d.freeMatrix(m)
+			p.m, p.view = v, true
+			fused.packed += m.packed
+			fused.scaleSz += m.scaleSz
+			r0 += m.Rows
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false // the parts are unchanged and used on their own
+	}
+	b.fused = append(b.fused, fused)
+	return &gpuMat{m: fused, view: true}, true
 }

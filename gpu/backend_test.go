@@ -140,7 +140,7 @@ func TestBackendMatchesCPU(t *testing.T) {
 
 // TestBackendGraphEqualsDirect decodes the same tokens with steps replayed
 // from a CUDA graph and with every kernel launched directly: the logits
-// are bit-identical.
+// are bit-identical. Decode runs the fused q/k/v and gate/up products.
 func TestBackendGraphEqualsDirect(t *testing.T) {
 	d := openOrSkip(t)
 	m := fixtureModel(t, fixture.Llama(), quantize.Q4)
@@ -167,6 +167,9 @@ func TestBackendGraphEqualsDirect(t *testing.T) {
 	}
 	if s := gb.steps[graph]; s == nil || s.g == nil || s.runs < 19 {
 		t.Fatalf("decode steps were not replayed from a graph: %+v", s)
+	}
+	if want := 2 * m.Config.NumLayers; len(gb.fused) != want {
+		t.Fatalf("%d fused weights (q/k/v and gate/up), want %d", len(gb.fused), want)
 	}
 	if s := db.steps[direct]; s == nil || s.g != nil {
 		t.Fatalf("direct session recorded a graph: %+v", s)

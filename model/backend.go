@@ -109,3 +109,12 @@ type StepReplayer interface {
 type Argmaxer interface {
 	Argmax(src Buf, n int) (int, error)
 }
+
+// Fuser is implemented by backends that can join weights read by the same
+// input along their rows (q/k/v, gate/up), so a decode step runs one
+// product instead of several. Fuse returns the joined weight, or false
+// when these weights cannot be joined; the parts stay usable on their own
+// (the backend may make them views into the joined one).
+type Fuser interface {
+	Fuse(parts ...Mat) (Mat, bool)
+}

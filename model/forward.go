@@ -39,11 +39,15 @@ type Session struct {
 
 	// activations [batch, ...]
 	x, xb, xb2, q, k, v, att, gate, up, logits Buf
+	// one token's [q k v] and [gate up], where the backend fuses products
+	qkv, gateUp Buf
 }
 
 // layerMats are one layer's weights on the backend.
 type layerMats struct {
 	attnNorm, ffnNorm, wq, wk, wv, wo, gate, up, down, attnSub, ffnSub Mat
+	// qkv and gateUp join wq/wk/wv and gate/up for decode (nil: not fused).
+	qkv, gateUp Mat
 }
 
 // NewSession binds the model to a backend and allocates its cache and
@@ -113,6 +117,14 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 				return nil, err
 			}
 		}
+		if f, ok := s.be.(Fuser); ok {
+			if m, ok := f.Fuse(lm.wq, lm.wk, lm.wv); ok {
+				lm.qkv = m
+			}
+			if m, ok := f.Fuse(lm.gate, lm.up); ok {
+				lm.gateUp = m
+			}
+		}
 		s.layers = append(s.layers, lm)
 	}
 	kvDim := c.NumKVHeads * c.HeadDim
@@ -129,6 +141,16 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 		{&s.gate, c.IntermediateSize}, {&s.up, c.IntermediateSize}, {&s.logits, c.VocabSize},
 	} {
 		if *b.dst, err = s.be.Alloc(s.batch * b.n); err != nil {
+			return nil, fmt.Errorf("model: %s: %w", s.be.Name(), err)
+		}
+	}
+	if len(s.layers) > 0 && s.layers[0].qkv != nil {
+		if s.qkv, err = s.be.Alloc(qDim + 2*kvDim); err != nil {
+			return nil, fmt.Errorf("model: %s: %w", s.be.Name(), err)
+		}
+	}
+	if len(s.layers) > 0 && s.layers[0].gateUp != nil {
+		if s.gateUp, err = s.be.Alloc(2 * c.IntermediateSize); err != nil {
 			return nil, fmt.Errorf("model: %s: %w", s.be.Name(), err)
 		}
 	}
@@ -308,12 +330,21 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 		// Attention: norm, q/k/v projections, rotary embeddings, attention
 		// over the cache, (BitNet: sub-norm), output projection, residual.
 		be.RMSNorm(s.xb, s.x, w.attnNorm, n, dim, eps, c.NormPlusOne)
-		be.MatMul(s.q, s.xb, w.wq, n)
-		be.MatMul(s.k, s.xb, w.wk, n)
-		be.MatMul(s.v, s.xb, w.wv, n)
-		be.Rope(s.q, n, c.NumHeads, c.HeadDim, s.invFreq)
-		be.Rope(s.k, n, c.NumKVHeads, c.HeadDim, s.invFreq)
-		be.Attention(s.att, s.q, s.k, s.v, s.cache, l, n, shape)
+		q, k, v := s.q, s.k, s.v
+		if n == 1 && w.qkv != nil && s.qkv != nil {
+			// Decode with fused weights: one product, one rotation of q and k.
+			kvDim := c.NumKVHeads * c.HeadDim
+			be.MatMul(s.qkv, s.xb, w.qkv, 1)
+			q, k, v = be.View(s.qkv, 0, qDim), be.View(s.qkv, qDim, kvDim), be.View(s.qkv, qDim+kvDim, kvDim)
+			be.Rope(be.View(s.qkv, 0, qDim+kvDim), 1, c.NumHeads+c.NumKVHeads, c.HeadDim, s.invFreq)
+		} else {
+			be.MatMul(q, s.xb, w.wq, n)
+			be.MatMul(k, s.xb, w.wk, n)
+			be.MatMul(v, s.xb, w.wv, n)
+			be.Rope(q, n, c.NumHeads, c.HeadDim, s.invFreq)
+			be.Rope(k, n, c.NumKVHeads, c.HeadDim, s.invFreq)
+		}
+		be.Attention(s.att, q, k, v, s.cache, l, n, shape)
 		if c.SubNorms {
 			be.RMSNorm(s.att, s.att, w.attnSub, n, qDim, eps, false)
 		}
@@ -322,13 +353,19 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 
 		// Gated MLP: norm, act(gate) * up, (BitNet: sub-norm), down, residual.
 		be.RMSNorm(s.xb, s.x, w.ffnNorm, n, dim, eps, c.NormPlusOne)
-		be.MatMul(s.gate, s.xb, w.gate, n)
-		be.MatMul(s.up, s.xb, w.up, n)
-		be.GLU(s.gate, s.gate, s.up, n*ffn, c.Activation)
-		if c.SubNorms {
-			be.RMSNorm(s.gate, s.gate, w.ffnSub, n, ffn, eps, false)
+		gate, up := s.gate, s.up
+		if n == 1 && w.gateUp != nil && s.gateUp != nil {
+			be.MatMul(s.gateUp, s.xb, w.gateUp, 1)
+			gate, up = be.View(s.gateUp, 0, ffn), be.View(s.gateUp, ffn, ffn)
+		} else {
+			be.MatMul(gate, s.xb, w.gate, n)
+			be.MatMul(up, s.xb, w.up, n)
 		}
-		be.MatMul(s.xb2, s.gate, w.down, n)
+		be.GLU(gate, gate, up, n*ffn, c.Activation)
+		if c.SubNorms {
+			be.RMSNorm(gate, gate, w.ffnSub, n, ffn, eps, false)
+		}
+		be.MatMul(s.xb2, gate, w.down, n)
 		be.Add(s.x, s.xb2, n*dim)
 		if err := s.keepHidden(out, l+1, n, hidden); err != nil {
 			return err
