@@ -5,6 +5,8 @@ import (
 	"math"
 	"runtime"
 	"sync"
+
+	"lowbit/quantize"
 )
 
 // CPU is the host backend: float32 activations in Go slices, kernels split
@@ -126,6 +128,10 @@ func (c *CPU) MatMul(dst, x Buf, w Mat, n int) {
 	m, out, in := w.(*cpuMat), dst.(cpuBuf), x.(cpuBuf)
 	wt := m.w
 	if wt.Q != nil {
+		if wt.Q.Format == quantize.TQ2 {
+			c.matMulTQ2(wt.Q, in, out, n) // BitNet W2A8 by table lookup (cpu_tq2.go)
+			return
+		}
 		c.matMulQuant(m, in, out, n)
 		return
 	}
