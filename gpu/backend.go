@@ -337,6 +337,18 @@ func (b *Backend) RMSNorm(dst, x model.Buf, w model.Mat, n, dim int, eps float32
 	})
 }
 
+// AddRMSNorm implements model.AddNormer: the residual add and the next
+// RMSNorm in one kernel.
+func (b *Backend) AddRMSNorm(dst, x, y model.Buf, w model.Mat, n, dim int, eps float32, plusOne bool) {
+	add := float32(0)
+	if plusOne {
+		add = 1
+	}
+	b.op("add_rmsnorm", func() error {
+		return b.d.addRMSNorm(x.(gpuBuf).b, y.(gpuBuf).b, w.(*gpuMat).m.data, dst.(gpuBuf).b, n, dim, eps, add)
+	})
+}
+
 // MatMul implements model.Backend: one token through the matrix-vector
 // kernels (tq2: activations quantized to int8 per token first, as the
 // reference and the CPU do), several through the matrix-matrix kernel.

@@ -25,6 +25,12 @@ func (d *Device) rmsnorm(x, w, y Buffer, rows, n int, eps, wAdd float32) error {
 	return d.launch("rmsnorm", grid1(rows), grid1(256), 0, argBuf(x), argBuf(w), argBuf(y), argInt(n), argF32(eps), argF32(wAdd))
 }
 
+// addRMSNorm queues x += r, then y = x / rms(x) * (w + wAdd), for rows rows
+// of n (device thread).
+func (d *Device) addRMSNorm(x, r, w, y Buffer, rows, n int, eps, wAdd float32) error {
+	return d.launch("add_rmsnorm", grid1(rows), grid1(256), 0, argBuf(x), argBuf(r), argBuf(w), argBuf(y), argInt(n), argF32(eps), argF32(wAdd))
+}
+
 // rope queues the rotation of n tokens' heads vectors of hd, token i by
 // the position in pos[i].
 func (d *Device) rope(v Buffer, n, heads, hd int, pos, invFreq Buffer) error {

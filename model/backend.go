@@ -118,3 +118,11 @@ type Argmaxer interface {
 type Fuser interface {
 	Fuse(parts ...Mat) (Mat, bool)
 }
+
+// AddNormer is implemented by backends that fuse the residual add with the
+// RMSNorm that follows it (one pass over the row instead of two kernels).
+type AddNormer interface {
+	// AddRMSNorm computes x += y over n rows of dim, then writes RMSNorm(x)
+	// into dst exactly as RMSNorm does.
+	AddRMSNorm(dst, x, y Buf, w Mat, n, dim int, eps float32, plusOne bool)
+}

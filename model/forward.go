@@ -323,13 +323,27 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 		return err
 	}
 
+	// addNorm is the residual add of xb2 and the norm after it (one kernel
+	// where the backend fuses them).
+	an, fused := be.(AddNormer)
+	addNorm := func(w Mat) {
+		if fused {
+			an.AddRMSNorm(s.xb, s.x, s.xb2, w, n, dim, eps, c.NormPlusOne)
+			return
+		}
+		be.Add(s.x, s.xb2, n*dim)
+		be.RMSNorm(s.xb, s.x, w, n, dim, eps, c.NormPlusOne)
+	}
+	normed := false // xb already holds this layer's attention norm
 	for l, w := range s.layers {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		// Attention: norm, q/k/v projections, rotary embeddings, attention
 		// over the cache, (BitNet: sub-norm), output projection, residual.
-		be.RMSNorm(s.xb, s.x, w.attnNorm, n, dim, eps, c.NormPlusOne)
+		if !normed {
+			be.RMSNorm(s.xb, s.x, w.attnNorm, n, dim, eps, c.NormPlusOne)
+		}
 		q, k, v := s.q, s.k, s.v
 		if n == 1 && w.qkv != nil && s.qkv != nil {
 			// Decode with fused weights: one product, one rotation of q and k.
@@ -349,10 +363,10 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 			be.RMSNorm(s.att, s.att, w.attnSub, n, qDim, eps, false)
 		}
 		be.MatMul(s.xb2, s.att, w.wo, n)
-		be.Add(s.x, s.xb2, n*dim)
 
-		// Gated MLP: norm, act(gate) * up, (BitNet: sub-norm), down, residual.
-		be.RMSNorm(s.xb, s.x, w.ffnNorm, n, dim, eps, c.NormPlusOne)
+		// Gated MLP: residual and norm, act(gate) * up, (BitNet: sub-norm),
+		// down, residual (with the next layer's norm).
+		addNorm(w.ffnNorm)
 		gate, up := s.gate, s.up
 		if n == 1 && w.gateUp != nil && s.gateUp != nil {
 			be.MatMul(s.gateUp, s.xb, w.gateUp, 1)
@@ -366,7 +380,12 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 			be.RMSNorm(gate, gate, w.ffnSub, n, ffn, eps, false)
 		}
 		be.MatMul(s.xb2, gate, w.down, n)
-		be.Add(s.x, s.xb2, n*dim)
+		if l+1 < len(s.layers) {
+			addNorm(s.layers[l+1].attnNorm)
+			normed = true
+		} else {
+			be.Add(s.x, s.xb2, n*dim)
+		}
 		if err := s.keepHidden(out, l+1, n, hidden); err != nil {
 			return err
 		}

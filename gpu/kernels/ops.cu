@@ -50,6 +50,26 @@ extern "C" __global__ void rmsnorm(const float* __restrict__ x, const float* __r
     for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * r * (w[i] + w_add);
 }
 
+// add_rmsnorm: the residual add and the RMSNorm after it in one pass, one
+// block per row of n: x += r, then y = x / sqrt(mean(x^2) + eps) * (w + w_add).
+extern "C" __global__ void add_rmsnorm(float* __restrict__ x, const float* __restrict__ r,
+                                       const float* __restrict__ w, float* __restrict__ y, int n, float eps,
+                                       float w_add) {
+    __shared__ float red[33];
+    float* xr = x + (size_t)blockIdx.x * n;
+    const float* rr = r + (size_t)blockIdx.x * n;
+    float* yr = y + (size_t)blockIdx.x * n;
+    float s = 0.f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = xr[i] + rr[i];
+        xr[i] = v;
+        s += v * v;
+    }
+    s = block_sum(s, red);
+    const float q = rsqrtf(s / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * q * (w[i] + w_add);
+}
+
 // rope rotates each head of v [n, heads, hd] in place, token y by position
 // pos[y], the HF "rotate half" pairing (i, i + hd/2); inv_freq[hd/2] holds
 // the frequencies (scaling already applied). Grid: (heads, n); block: hd/2.
