@@ -172,3 +172,95 @@ func bitnetLogits(t *testing.T, m *Model, tokens []int) []float32 {
 	}
 	return out.Logits
 }
+
+// TestBitNetTop1AgainstFakeQuantized measures what lowbit's BitNet runtime
+// costs beyond the ternary weights themselves: the reference runs the same
+// ternary weights dequantized to float32 (S·t, "fake-quantized", as
+// transformers' WeightQuant gives them) with float32 activations and a
+// float32 embedding/head; lowbit runs tq2 with int8 activations per token
+// and an 8-bit (q8) embedding and head, as `lowbit convert --bits ternary`
+// writes. Two models: random weights (gen.py's generator) on a 4-layer
+// BitNet of hidden 512 over 160 positions, and stories260K's real weights
+// ternarized, over its 201 golden tokens (skipped without ../shared).
+//
+// Measured 2026-11-22: 154/160 (96.2%) and 196/201 (97.5%). Neither model
+// was trained ternary, so their top-2 margins are tiny (gen.log: 0.004 on
+// the random model) and int8 rounding flips close calls: the int8
+// activations alone give 152/160, the q8 embedding/head alone 158/160. The
+// issue's >= 99% is for the trained 2B-4T model, which is not available
+// offline; this test guards against breakage with a 90% floor.
+func TestBitNetTop1AgainstFakeQuantized(t *testing.T) {
+	raw := []byte(`{"architectures": ["BitNetForCausalLM"], "model_type": "bitnet", "hidden_size": 512, "intermediate_size": 1376,
+		"num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 320,
+		"max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "hidden_act": "relu2",
+		"tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2}`)
+	cfg, err := ParseHFConfig(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	weights := map[string]*Weight{}
+	for _, n := range cfg.ExpectedTensors() {
+		weights[n] = parityWeights(n, cfg.TensorShape(n))
+	}
+	tokens := make([]int, 160)
+	for i := range tokens {
+		tokens[i] = (i*37 + 11) % cfg.VocabSize
+	}
+	tokens[0] = 1
+	t.Run("random-bitnet", func(t *testing.T) { checkTop1(t, cfg, weights, tokens) })
+	t.Run("stories260K-ternary", func(t *testing.T) {
+		m, exp := loadStories(t)
+		checkTop1(t, m.Config, m.Weights, append(append([]int{}, exp.Prompt...), exp.Generated...))
+	})
+}
+
+// checkTop1 compares the fake-quantized float reference with lowbit's
+// tq2 + int8 + q8 embedding/head model built from the same float weights.
+func checkTop1(t *testing.T, cfg Config, weights map[string]*Weight, tokens []int) {
+	ctx := context.Background()
+	ref, low := map[string]*Weight{}, map[string]*Weight{}
+	for n, w := range weights {
+		ref[n], low[n] = w, w
+		switch cfg.TensorRole(n) {
+		case RoleLinear:
+			q, err := quantize.Quantize(ctx, quantize.TQ2, w.F32, w.Rows, w.Cols, quantize.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := make([]float32, w.Rows*w.Cols)
+			for r := 0; r < w.Rows; r++ {
+				q.DequantizeRow(r, f[r*w.Cols:(r+1)*w.Cols])
+			}
+			ref[n], low[n] = FloatWeight(w.Rows, w.Cols, f), QuantWeight(q)
+		case RoleEmbedding, RoleOutput:
+			q, err := quantize.Quantize(ctx, quantize.Q8, w.F32, w.Rows, w.Cols, quantize.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			low[n] = QuantWeight(q)
+		}
+	}
+	mr, err := New(cfg, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml, err := New(cfg, low)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := bitnetLogits(t, mr, tokens), bitnetLogits(t, ml, tokens)
+	v := cfg.VocabSize
+	agree, worst := 0, 0.0
+	for p := range tokens {
+		ra, rb := a[p*v:(p+1)*v], b[p*v:(p+1)*v]
+		if argmax(ra) == argmax(rb) {
+			agree++
+		}
+		worst = max(worst, quantize.RelL2(ra, rb))
+	}
+	frac := float64(agree) / float64(len(tokens))
+	t.Logf("top-1 agreement %d/%d = %.1f%%, worst logits rel L2 %.3g", agree, len(tokens), 100*frac, worst)
+	if frac < 0.90 {
+		t.Errorf("top-1 agreement %.1f%% < 90%%", 100*frac)
+	}
+}
