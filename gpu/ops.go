@@ -62,7 +62,7 @@ func (d *Device) attention(q, kc, vc, out Buffer, n, heads, kvHeads, hd, maxSeq 
 		}
 		d.sharedSet["attention"] = shared
 	}
-	return d.launch("attention", grid2(heads, n), grid1(128), shared, argBuf(q), argBuf(kc), argBuf(vc), argBuf(out),
+	return d.launch("attention", grid2(heads, n), grid1(256), shared, argBuf(q), argBuf(kc), argBuf(vc), argBuf(out),
 		argInt(heads), argInt(kvHeads), argInt(hd), argBuf(pos), argF32(scale))
 }
 

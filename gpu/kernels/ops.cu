@@ -99,26 +99,33 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
 // attention: one block per query head and token y over cache rows
 // 0..pos[y] (causal): scores in shared memory (dynamic, max_seq floats),
 // softmax, weighted sum of values. Query head h reads kv head
-// h / (heads / kv_heads). q and out are [n, heads, hd]. Grid: (heads, n).
+// h / (heads / kv_heads). q and out are [n, heads, hd]. Grid: (heads, n);
+// block: 256 threads. Each warp scores one position at a time (lanes split
+// the head, coalesced); for the values the block splits into
+// blockDim/hd groups of hd threads that take every group-th position, and
+// the groups' sums are added in shared memory.
 extern "C" __global__ void attention(const float* __restrict__ q, const float* __restrict__ kc,
                                      const float* __restrict__ vc, float* __restrict__ out, int heads, int kv_heads,
                                      int hd, const int* __restrict__ pos, float scale) {
     extern __shared__ float sc[];
     __shared__ float red[33];
+    __shared__ float part[256];
     const int h = blockIdx.x, kvh = h / (heads / kv_heads), kvdim = kv_heads * hd;
     const int n = pos[blockIdx.y] + 1;
     q += (size_t)blockIdx.y * heads * hd;
     out += (size_t)blockIdx.y * heads * hd;
     const float* qh = q + (size_t)h * hd;
-    float m = -INFINITY;
-    for (int t = threadIdx.x; t < n; t += blockDim.x) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int t = warp; t < n; t += nw) {
         const float* k = kc + (size_t)t * kvdim + (size_t)kvh * hd;
         float s = 0.f;
-        for (int i = 0; i < hd; i++) s += qh[i] * k[i];
-        s *= scale;
-        sc[t] = s;
-        m = fmaxf(m, s);
+        for (int i = lane; i < hd; i += 32) s += qh[i] * k[i];
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0) sc[t] = s * scale;
     }
+    __syncthreads();
+    float m = -INFINITY;
+    for (int t = threadIdx.x; t < n; t += blockDim.x) m = fmaxf(m, sc[t]);
     m = block_max(m, red);
     float sum = 0.f;
     for (int t = threadIdx.x; t < n; t += blockDim.x) {
@@ -128,6 +135,22 @@ extern "C" __global__ void attention(const float* __restrict__ q, const float* _
     }
     sum = block_sum(sum, red);
     const float inv = 1.f / sum;
+    if (hd <= (int)blockDim.x && blockDim.x <= 256) {
+        const int groups = blockDim.x / hd, g = threadIdx.x / hd, i = threadIdx.x % hd;
+        if (g < groups) {
+            const float* v = vc + (size_t)kvh * hd + i;
+            float a = 0.f;
+            for (int t = g; t < n; t += groups) a += sc[t] * v[(size_t)t * kvdim];
+            part[threadIdx.x] = a;
+        }
+        __syncthreads();
+        if (threadIdx.x < hd) {
+            float a = 0.f;
+            for (int gg = 0; gg < groups; gg++) a += part[gg * hd + threadIdx.x];
+            out[(size_t)h * hd + threadIdx.x] = a * inv;
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
         const float* v = vc + (size_t)kvh * hd + i;
         float a = 0.f;
