@@ -294,3 +294,25 @@ func logitsOf(t *testing.T, m *model.Model) []float32 {
 	}
 	return out.Logits
 }
+
+// TestConvertBitNetKeepsBF16Embedding: `--bits ternary --embedding-bits bf16
+// --output-bits bf16` keeps the (tied) embedding and head in bf16 beside tq2
+// linears, and the model loads and runs.
+func TestConvertBitNetKeepsBF16Embedding(t *testing.T) {
+	spec := fixture.Spec{Arch: "BitNetForCausalLM", Hidden: 64, Intermediate: 96, Layers: 1, Heads: 4, KVHeads: 2, HeadDim: 16, Vocab: 80, Tied: true, Seed: 5}
+	res, _ := convertFixture(t, spec, Options{Bits: "ternary", EmbeddingBits: "bf16", OutputBits: "bf16", NoValidate: true})
+	formats := map[string]string{}
+	for _, e := range res.Manifest.Tensors {
+		formats[e.Name] = e.Format
+	}
+	if formats["model.embed_tokens.weight"] != "bf16" || formats["model.layers.0.mlp.down_proj.weight"] != "tq2" {
+		t.Fatalf("formats %v", formats)
+	}
+	m, err := model.Load(context.Background(), res.OutDir, model.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := logitsOf(t, m); len(l) != 6*spec.Vocab {
+		t.Fatalf("%d logits", len(l))
+	}
+}
