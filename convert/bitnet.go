@@ -197,3 +197,16 @@ func convertPackedBitNet(ctx context.Context, set *safetensors.Set, w *safetenso
 	bar.Add(len(raw))
 	return finish(e, p, parts)
 }
+
+// validationReference is the float source the model check compares the
+// converted model with: none ("") for a packed BitNet checkpoint, whose
+// ternary weights the lowbit model holds exactly (there is no float model
+// to compare with, and the packed directory is not loadable as one).
+func validationReference(srcDir string, plans []*tensorPlan) string {
+	for _, p := range plans {
+		if p.packedScale != "" {
+			return ""
+		}
+	}
+	return srcDir
+}

@@ -275,6 +275,22 @@ func TestConvertPackedBitNet(t *testing.T) {
 	if e := quantize.RelL2(la, lb); !(e <= 1e-5) {
 		t.Errorf("logits differ: rel L2 %.3g", e)
 	}
+	// With a tokenizer, the default validation runs the kernels and skips the
+	// model check (no float source), instead of failing on the packed shapes.
+	tj, err := os.ReadFile("../testdata/tokenizer/bytelevel_llama3.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(packedDir, "tokenizer.json"), tj, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	vres, err := Run(context.Background(), Options{Source: packedDir, Out: filepath.Join(t.TempDir(), "validated"), Bits: "ternary"})
+	if err != nil {
+		t.Fatalf("convert packed with validation: %v", err)
+	}
+	if vres.Validation == nil || vres.Validation.Kernels == nil || vres.Validation.Model != nil {
+		t.Errorf("validation of a packed source: %+v", vres.Validation)
+	}
 	// A packed checkpoint asked for another format is refused, by name.
 	_, err = Run(context.Background(), Options{Source: packedDir, Out: filepath.Join(t.TempDir(), "q4"), Bits: "4", NoValidate: true})
 	if err == nil || !strings.Contains(err.Error(), "--bits ternary") {

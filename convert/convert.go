@@ -184,7 +184,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	var report *validate.Report
 	if !opts.NoValidate {
-		if report, err = validateOutput(ctx, tmp, out, snap.Dir, s.linear, opts.Progress); err != nil {
+		if report, err = validateOutput(ctx, tmp, out, validationReference(snap.Dir, plans), s.linear, opts.Progress); err != nil {
 			return nil, fmt.Errorf("validate: %w", err)
 		}
 	}

@@ -47,7 +47,7 @@ func validateOutput(ctx context.Context, dir, out, srcDir string, format quantiz
 		}
 		rep.Kernels = k
 	}
-	if _, err := tokenizer.Load(dir); err == nil {
+	if _, err := tokenizer.Load(dir); err == nil && srcDir != "" { // "": no float source (bitnet.go)
 		if progress != nil {
 			fmt.Fprintln(progress, "validating the model against its source")
 		}
