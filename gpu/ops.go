@@ -53,7 +53,8 @@ func (d *Device) attention(q, kc, vc, out Buffer, n, heads, kvHeads, hd, maxSeq 
 		return fmt.Errorf("gpu: attention: %d heads are not a multiple of %d kv heads", heads, kvHeads)
 	}
 	shared := 4 * maxSeq
-	if shared > d.maxShared {
+	const static = 4*1024 + 4*33 // the kernel's own shared arrays
+	if shared+static > d.maxShared {
 		return fmt.Errorf("gpu: attention: context of %d positions needs %d bytes of shared memory, the device has %d", maxSeq, shared, d.maxShared)
 	}
 	if shared > 48<<10 && d.sharedSet["attention"] < shared {
@@ -62,7 +63,14 @@ func (d *Device) attention(q, kc, vc, out Buffer, n, heads, kvHeads, hd, maxSeq 
 		}
 		d.sharedSet["attention"] = shared
 	}
-	return d.launch("attention", grid2(heads, n), grid1(256), shared, argBuf(q), argBuf(kc), argBuf(vc), argBuf(out),
+	// The kernel takes any block of up to 1024 threads. Decode (one token:
+	// heads blocks only) takes 1024, 16% faster TinyLlama decode than 256 on
+	// the H100; prefill (heads x n blocks) 256, 4% faster prefill than 1024.
+	threads := 256
+	if n == 1 {
+		threads = 1024
+	}
+	return d.launch("attention", grid2(heads, n), grid1(threads), shared, argBuf(q), argBuf(kc), argBuf(vc), argBuf(out),
 		argInt(heads), argInt(kvHeads), argInt(hd), argBuf(pos), argF32(scale))
 }
 

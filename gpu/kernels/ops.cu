@@ -100,16 +100,16 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
 // 0..pos[y] (causal): scores in shared memory (dynamic, max_seq floats),
 // softmax, weighted sum of values. Query head h reads kv head
 // h / (heads / kv_heads). q and out are [n, heads, hd]. Grid: (heads, n);
-// block: 256 threads. Each warp scores one position at a time (lanes split
+// block: 1024 threads. Each warp scores one position at a time (lanes split
 // the head, coalesced); for the values the block splits into
 // blockDim/hd groups of hd threads that take every group-th position, and
 // the groups' sums are added in shared memory.
-extern "C" __global__ void attention(const float* __restrict__ q, const float* __restrict__ kc,
+extern "C" __global__ void __launch_bounds__(1024) attention(const float* __restrict__ q, const float* __restrict__ kc,
                                      const float* __restrict__ vc, float* __restrict__ out, int heads, int kv_heads,
                                      int hd, const int* __restrict__ pos, float scale) {
     extern __shared__ float sc[];
     __shared__ float red[33];
-    __shared__ float part[256];
+    __shared__ float part[1024];
     const int h = blockIdx.x, kvh = h / (heads / kv_heads), kvdim = kv_heads * hd;
     const int n = pos[blockIdx.y] + 1;
     q += (size_t)blockIdx.y * heads * hd;
@@ -135,7 +135,7 @@ extern "C" __global__ void attention(const float* __restrict__ q, const float* _
     }
     sum = block_sum(sum, red);
     const float inv = 1.f / sum;
-    if (hd <= (int)blockDim.x && blockDim.x <= 256) {
+    if (hd <= (int)blockDim.x && blockDim.x <= 1024) {
         const int groups = blockDim.x / hd, g = threadIdx.x / hd, i = threadIdx.x % hd;
         if (g < groups) {
             const float* v = vc + (size_t)kvh * hd + i;
