@@ -285,10 +285,17 @@ func (CPU) Name() string { return "cpu" }
 
 // MatVec implements Backend.
 func (c CPU) MatVec(t *quantize.Tensor, x []float32, act Act) ([]float32, error) {
+	if act == ActFloat {
+		return c.MatMul(t, x, 1)
+	}
+	return quantizedActDots(t, x, act)
+}
+
+// quantizedActDots is y = W x through quantize's fast row products with
+// int8 or binary activations.
+func quantizedActDots(t *quantize.Tensor, x []float32, act Act) ([]float32, error) {
 	y := make([]float32, t.Rows)
 	switch act {
-	case ActFloat:
-		return c.MatMul(t, x, 1)
 	case ActInt8:
 		var v quantize.Int8Vec
 		quantize.QuantizeInt8(x, &v)
@@ -339,20 +346,8 @@ func (q Quantize) MatVec(t *quantize.Tensor, x []float32, act Act) ([]float32, e
 		for r := range y {
 			y[r] = t.Dot(r, x)
 		}
-	case act == ActInt8:
-		var v quantize.Int8Vec
-		quantize.QuantizeInt8(x, &v)
-		for r := range y {
-			y[r] = t.DotInt8(r, &v)
-		}
-	case act == ActBinary:
-		var v quantize.BinaryVec
-		quantize.Binarize(x, t.GroupSize, &v)
-		for r := range y {
-			y[r] = t.DotBinary(r, &v)
-		}
 	default:
-		return nil, fmt.Errorf("validate: unknown activations %q", act)
+		return quantizedActDots(t, x, act)
 	}
 	return y, nil
 }
