@@ -224,6 +224,9 @@ type dest struct {
 	file FileInfo
 	part string
 	bar  *fileBar
+	// mem, when not nil, maps the whole of part (a parallel download on
+	// Linux): ranges are read from the network straight into it.
+	mem []byte
 }
 
 // fetchStream downloads sequentially into d.part, resuming after what it
@@ -332,10 +335,11 @@ func (c *Client) fetchParts(ctx context.Context, j *job, d *dest, h hash.Hash) e
 		return fmt.Errorf("cache: %w", err)
 	}
 
+	d.mem = mapFile(f, size)
 	ready := make(chan int, n)
 	stop := make(chan struct{})
 	hashed := make(chan hashResult, 1)
-	go func() { hashed <- hashParts(f, size, ps, n, ready, stop, h) }()
+	go func() { hashed <- hashParts(f, d.mem, size, ps, n, ready, stop, h) }()
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(c.opts.Workers)
@@ -363,6 +367,8 @@ func (c *Client) fetchParts(ctx context.Context, j *job, d *dest, h hash.Hash) e
 	}
 	close(ready)
 	res := <-hashed
+	unmapFile(d.mem) // nothing reads or writes it any more
+	d.mem = nil
 	if err == nil {
 		err = res.err
 	}
@@ -405,8 +411,9 @@ type hashResult struct {
 }
 
 // hashParts hashes parts in file order as their indices arrive on ready,
-// reading them back (from the page cache) with ReadAt.
-func hashParts(f *os.File, size, ps int64, n int, ready <-chan int, stop <-chan struct{}, h hash.Hash) hashResult {
+// reading them back from the page cache: from mem where the file is
+// mapped, else with ReadAt.
+func hashParts(f *os.File, mem []byte, size, ps int64, n int, ready <-chan int, stop <-chan struct{}, h hash.Hash) hashResult {
 	have := make([]bool, n)
 	next := 0
 	buf := make([]byte, 4<<20)
@@ -419,6 +426,13 @@ func hashParts(f *os.File, size, ps int64, n int, ready <-chan int, stop <-chan 
 			default:
 			}
 			from, to := int64(next)*ps, min(int64(next+1)*ps, size)
+			if mem != nil {
+				for k := from; k < to; k += 4 << 20 {
+					h.Write(mem[k:min(k+4<<20, to)])
+				}
+				next++
+				continue
+			}
 			if _, err := io.CopyBuffer(h, io.NewSectionReader(f, from, to-from), buf); err != nil {
 				return hashResult{prefix: from, err: fmt.Errorf("cache: reading back %s: %w", f.Name(), err)}
 			}
@@ -507,6 +521,11 @@ func (c *Client) getRange(ctx context.Context, j *job, d *dest, f *os.File, off,
 		}
 		return 0, c.apiError(resp.StatusCode, resp.Header, j.info.RepoID, j.info.Commit, d.file.Path)
 	}
+	if d.mem != nil && h == nil {
+		populate(d.mem[off:end])
+		n, err := readInto(d.mem[off:end], &idleReader{r: body, timer: timer, d: c.opts.StallTimeout}, d.bar)
+		return n, stalled(actx, err)
+	}
 	n, err := copyAt(f, off, &idleReader{r: io.LimitReader(body, end-off), timer: timer, d: c.opts.StallTimeout}, h, d.bar)
 	return n, stalled(actx, err)
 }
@@ -572,4 +591,23 @@ func copyAt(f *os.File, off int64, body io.Reader, h hash.Hash, bar *fileBar) (i
 			return n, rerr
 		}
 	}
+}
+
+// readInto reads body into dst (a mapped range of the file) until dst is
+// full or the body ends, counting progress; it returns the bytes read,
+// also on error. The socket's bytes land in the page cache with one copy.
+func readInto(dst []byte, body io.Reader, bar *fileBar) (int64, error) {
+	var n int
+	for n < len(dst) {
+		k, err := body.Read(dst[n:min(n+1<<20, len(dst))])
+		n += k
+		bar.add(int64(k))
+		if err == io.EOF {
+			return int64(n), nil // the caller compares n with what it asked for
+		}
+		if err != nil {
+			return int64(n), err
+		}
+	}
+	return int64(n), nil
 }
