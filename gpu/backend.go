@@ -397,10 +397,13 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.KVCache, layer, n i
 	kvd := a.KVHeads * a.HeadDim
 	ob, qb, kb, vb := out.(gpuBuf).b, q.(gpuBuf).b, k.(gpuBuf).b, v.(gpuBuf).b
 	b.op("attention", func() error {
+		if n == 1 { // the kernel stores k and v itself
+			return b.d.attention(qb, c.k[layer], c.v[layer], ob, 1, a.Heads, a.KVHeads, a.HeadDim, c.positions, b.pos, a.Scale, kb, vb)
+		}
 		if err := b.d.kvStore(kb, vb, c.k[layer], c.v[layer], n, kvd, b.pos); err != nil {
 			return err
 		}
-		return b.d.attention(qb, c.k[layer], c.v[layer], ob, n, a.Heads, a.KVHeads, a.HeadDim, c.positions, b.pos, a.Scale)
+		return b.d.attention(qb, c.k[layer], c.v[layer], ob, n, a.Heads, a.KVHeads, a.HeadDim, c.positions, b.pos, a.Scale, Buffer{}, Buffer{})
 	})
 }
 

@@ -47,8 +47,13 @@ func (d *Device) kvStore(k, v, kc, vc Buffer, n, kvdim int, pos Buffer) error {
 
 // attention queues softmax(q k^T * scale) v over cache rows 0..pos[i] for
 // every query head of each of n tokens; maxSeq bounds pos and sizes the
-// scores' shared memory.
-func (d *Device) attention(q, kc, vc, out Buffer, n, heads, kvHeads, hd, maxSeq int, pos Buffer, scale float32) error {
+// scores' shared memory. For one token, kcur and vcur (the step's k and v)
+// may be given: the kernel stores them in the caches itself (no kv_store);
+// zero Buffers mean kv_store ran before.
+func (d *Device) attention(q, kc, vc, out Buffer, n, heads, kvHeads, hd, maxSeq int, pos Buffer, scale float32, kcur, vcur Buffer) error {
+	if n != 1 && kcur.ptr != 0 {
+		return fmt.Errorf("gpu: attention: the kv store folds in for one token only, not %d", n)
+	}
 	if kvHeads <= 0 || heads%kvHeads != 0 {
 		return fmt.Errorf("gpu: attention: %d heads are not a multiple of %d kv heads", heads, kvHeads)
 	}
@@ -71,7 +76,7 @@ func (d *Device) attention(q, kc, vc, out Buffer, n, heads, kvHeads, hd, maxSeq 
 		threads = 1024
 	}
 	return d.launch("attention", grid2(heads, n), grid1(threads), shared, argBuf(q), argBuf(kc), argBuf(vc), argBuf(out),
-		argInt(heads), argInt(kvHeads), argInt(hd), argBuf(pos), argF32(scale))
+		argInt(heads), argInt(kvHeads), argInt(hd), argBuf(pos), argF32(scale), argBuf(kcur), argBuf(vcur))
 }
 
 // glu queues out = act(g) * u.

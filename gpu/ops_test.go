@@ -123,7 +123,9 @@ func TestOps(t *testing.T) {
 		out := up(t, d, make([]float32, heads*hd), 0)
 		scale := float32(1 / math.Sqrt(float64(hd)))
 		qb := up(t, d, q, 0)
-		run(t, d, func() error { return d.attention(qb, kc, vc, out, 1, heads, kvHeads, hd, maxSeq, posb, scale) })
+		run(t, d, func() error {
+			return d.attention(qb, kc, vc, out, 1, heads, kvHeads, hd, maxSeq, posb, scale, Buffer{}, Buffer{})
+		})
 		ref := make([]float64, heads*hd)
 		for h := 0; h < heads; h++ {
 			kh := h / (heads / kvHeads)

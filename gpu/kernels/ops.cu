@@ -103,10 +103,15 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
 // block: 1024 threads. Each warp scores one position at a time (lanes split
 // the head, coalesced); for the values the block splits into
 // blockDim/hd groups of hd threads that take every group-th position, and
-// the groups' sums are added in shared memory.
-extern "C" __global__ void __launch_bounds__(1024) attention(const float* __restrict__ q, const float* __restrict__ kc,
-                                     const float* __restrict__ vc, float* __restrict__ out, int heads, int kv_heads,
-                                     int hd, const int* __restrict__ pos, float scale) {
+// the groups' sums are added in shared memory. Decode (one token) may pass
+// the step's k and v as kcur, vcur: the kv store happens here (the first
+// query head of each kv head writes its cache row) and position pos[0]
+// reads kcur/vcur, so no block waits on another's write. Otherwise (null)
+// kv_store ran before.
+extern "C" __global__ void __launch_bounds__(1024) attention(const float* __restrict__ q, float* __restrict__ kc,
+                                     float* __restrict__ vc, float* __restrict__ out, int heads, int kv_heads,
+                                     int hd, const int* __restrict__ pos, float scale, const float* __restrict__ kcur,
+                                     const float* __restrict__ vcur) {
     extern __shared__ float sc[];
     __shared__ float red[33];
     __shared__ float part[1024];
@@ -116,8 +121,15 @@ extern "C" __global__ void __launch_bounds__(1024) attention(const float* __rest
     out += (size_t)blockIdx.y * heads * hd;
     const float* qh = q + (size_t)h * hd;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (kcur != nullptr && h % (heads / kv_heads) == 0) {
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+            kc[(size_t)(n - 1) * kvdim + (size_t)kvh * hd + i] = kcur[(size_t)kvh * hd + i];
+            vc[(size_t)(n - 1) * kvdim + (size_t)kvh * hd + i] = vcur[(size_t)kvh * hd + i];
+        }
+    }
     for (int t = warp; t < n; t += nw) {
-        const float* k = kc + (size_t)t * kvdim + (size_t)kvh * hd;
+        const float* k = (kcur != nullptr && t == n - 1) ? kcur + (size_t)kvh * hd
+                                                         : kc + (size_t)t * kvdim + (size_t)kvh * hd;
         float s = 0.f;
         for (int i = lane; i < hd; i += 32) s += qh[i] * k[i];
         for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -140,7 +152,8 @@ extern "C" __global__ void __launch_bounds__(1024) attention(const float* __rest
         if (g < groups) {
             const float* v = vc + (size_t)kvh * hd + i;
             float a = 0.f;
-            for (int t = g; t < n; t += groups) a += sc[t] * v[(size_t)t * kvdim];
+            for (int t = g; t < n; t += groups)
+                a += sc[t] * ((kcur != nullptr && t == n - 1) ? vcur[(size_t)kvh * hd + i] : v[(size_t)t * kvdim]);
             part[threadIdx.x] = a;
         }
         __syncthreads();
@@ -154,7 +167,8 @@ extern "C" __global__ void __launch_bounds__(1024) attention(const float* __rest
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
         const float* v = vc + (size_t)kvh * hd + i;
         float a = 0.f;
-        for (int t = 0; t < n; t++) a += sc[t] * v[(size_t)t * kvdim];
+        for (int t = 0; t < n; t++)
+            a += sc[t] * ((kcur != nullptr && t == n - 1) ? vcur[(size_t)kvh * hd + i] : v[(size_t)t * kvdim]);
         out[(size_t)h * hd + i] = a * inv;
     }
 }
