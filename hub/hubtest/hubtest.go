@@ -15,9 +15,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -66,7 +69,13 @@ type file struct {
 	data          []byte
 	sha256, gitID string
 	lfs           bool
+	// disk, when not "", holds a copy of data that the CDN serves with
+	// sendfile, as a real CDN serves from its page cache.
+	disk string
 }
+
+// diskThreshold: LFS files at least this large are served from a file.
+const diskThreshold = 1 << 20
 
 // Server is the fake Hub plus its CDN.
 type Server struct {
@@ -76,6 +85,7 @@ type Server struct {
 	LFSThreshold int
 
 	mu     sync.Mutex
+	dir    string // temp dir for the disk copies of large files
 	repos  map[string]*Repo
 	files  map[string]map[string]*file // repo id -> path -> file
 	blobs  map[string]*file            // sha256 -> file, for the CDN
@@ -110,10 +120,37 @@ func Start(tb testing.TB, repos map[string]*Repo) *Server {
 	return s
 }
 
-// Close stops both servers.
+// Close stops both servers and removes the disk copies of large files.
 func (s *Server) Close() {
 	s.Hub.Close()
 	s.CDN.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dir != "" {
+		os.RemoveAll(s.dir)
+		s.dir = ""
+	}
+}
+
+// writeDisk copies f's data into the server's temp dir (s.mu held) and
+// returns its path, or "" when that fails.
+func (s *Server) writeDisk(f *file) string {
+	if s.dir == "" {
+		d, err := os.MkdirTemp("", "hubtest-")
+		if err != nil {
+			return ""
+		}
+		s.dir = d
+	}
+	p := filepath.Join(s.dir, f.sha256)
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	if err := os.WriteFile(p, f.data, 0o644); err != nil {
+		os.Remove(p)
+		return ""
+	}
+	return p
 }
 
 // binaryExt are kept in LFS by the Hub's default .gitattributes.
@@ -139,6 +176,11 @@ func (s *Server) AddRepo(id string, r *Repo) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for _, f := range files {
+		if f.lfs && len(f.data) >= diskThreshold {
+			f.disk = s.writeDisk(f) // "" on failure: served from memory
+		}
+	}
 	for _, f := range files {
 		if f.lfs {
 			s.blobs[f.sha256] = f
@@ -261,7 +303,7 @@ func (s *Server) serveHub(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("ETag", `"`+f.gitID+`"`)
-	s.serveContent(w, r, name, f.data)
+	s.serveContent(w, r, name, f)
 }
 
 func (s *Server) serveRevision(w http.ResponseWriter, r *http.Request, id, rev string) {
@@ -312,11 +354,13 @@ func (s *Server) serveCDN(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	s.serveContent(w, r, r.URL.Query().Get("file"), f.data)
+	s.serveContent(w, r, r.URL.Query().Get("file"), f)
 }
 
-// serveContent serves b with Range support and the faults set for name.
-func (s *Server) serveContent(w http.ResponseWriter, r *http.Request, name string, b []byte) {
+// serveContent serves f with Range support and the faults set for name:
+// from its disk copy (sendfile) when it has one and no byte is flipped.
+func (s *Server) serveContent(w http.ResponseWriter, r *http.Request, name string, f *file) {
+	b := f.data
 	s.mu.Lock()
 	if r.Method == http.MethodGet {
 		s.gets[name]++
@@ -350,7 +394,14 @@ func (s *Server) serveContent(w http.ResponseWriter, r *http.Request, name strin
 		r.Header.Del("Range")
 	}
 	cw := &countWriter{ResponseWriter: w, s: s, left: drop}
-	http.ServeContent(cw, r, path.Base(name), time.Time{}, bytes.NewReader(b))
+	var content io.ReadSeeker = bytes.NewReader(b)
+	if f.disk != "" && !fl.Flip {
+		if df, err := os.Open(f.disk); err == nil {
+			defer df.Close()
+			content = df
+		}
+	}
+	http.ServeContent(cw, r, path.Base(name), time.Time{}, content)
 	if cw.dropped {
 		panic(http.ErrAbortHandler) // close the connection mid-body
 	}
@@ -387,4 +438,15 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	n, err := c.ResponseWriter.Write(p)
 	c.s.BytesServed.Add(int64(n))
 	return n, err
+}
+
+// ReadFrom lets http.ServeContent hand an *os.File to the connection
+// (sendfile) when no drop is set; with one, the bytes go through Write.
+func (c *countWriter) ReadFrom(src io.Reader) (int64, error) {
+	if rf, ok := c.ResponseWriter.(io.ReaderFrom); ok && c.left < 0 {
+		n, err := rf.ReadFrom(src)
+		c.s.BytesServed.Add(n)
+		return n, err
+	}
+	return io.CopyBuffer(struct{ io.Writer }{c}, src, make([]byte, 256<<10))
 }
