@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -227,6 +228,23 @@ type dest struct {
 	// mem, when not nil, maps the whole of part (a parallel download on
 	// Linux): ranges are read from the network straight into it.
 	mem []byte
+	// ps is the part size; filled[i] counts the bytes of part i that have
+	// arrived, in order from its start (mapped downloads only), and more
+	// wakes the hasher when they grow.
+	ps     int64
+	filled []atomic.Int64
+	more   chan struct{}
+}
+
+// arrived records that [from, to) of the mapped file has been read in,
+// from within one part, in order.
+func (d *dest) arrived(from, to int64) {
+	i := from / d.ps
+	d.filled[i].Store(to - int64(i)*d.ps)
+	select {
+	case d.more <- struct{}{}:
+	default:
+	}
 }
 
 // fetchStream downloads sequentially into d.part, resuming after what it
@@ -339,7 +357,17 @@ func (c *Client) fetchParts(ctx context.Context, j *job, d *dest, h hash.Hash) e
 	ready := make(chan int, n)
 	stop := make(chan struct{})
 	hashed := make(chan hashResult, 1)
-	go func() { hashed <- hashParts(f, d.mem, size, ps, n, ready, stop, h) }()
+	if d.mem != nil {
+		d.ps, d.filled, d.more = ps, make([]atomic.Int64, n), make(chan struct{}, 1)
+		for i, ok := range done {
+			if ok {
+				d.filled[i].Store(min(int64(i+1)*ps, size) - int64(i)*ps)
+			}
+		}
+		go func() { hashed <- hashMapped(d, size, ready, stop, h) }()
+	} else {
+		go func() { hashed <- hashParts(f, size, ps, n, ready, stop, h) }()
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(c.opts.Workers)
@@ -411,9 +439,8 @@ type hashResult struct {
 }
 
 // hashParts hashes parts in file order as their indices arrive on ready,
-// reading them back from the page cache: from mem where the file is
-// mapped, else with ReadAt.
-func hashParts(f *os.File, mem []byte, size, ps int64, n int, ready <-chan int, stop <-chan struct{}, h hash.Hash) hashResult {
+// reading them back from the page cache with ReadAt.
+func hashParts(f *os.File, size, ps int64, n int, ready <-chan int, stop <-chan struct{}, h hash.Hash) hashResult {
 	have := make([]bool, n)
 	next := 0
 	buf := make([]byte, 4<<20)
@@ -426,13 +453,6 @@ func hashParts(f *os.File, mem []byte, size, ps int64, n int, ready <-chan int, 
 			default:
 			}
 			from, to := int64(next)*ps, min(int64(next+1)*ps, size)
-			if mem != nil {
-				for k := from; k < to; k += 4 << 20 {
-					h.Write(mem[k:min(k+4<<20, to)])
-				}
-				next++
-				continue
-			}
 			if _, err := io.CopyBuffer(h, io.NewSectionReader(f, from, to-from), buf); err != nil {
 				return hashResult{prefix: from, err: fmt.Errorf("cache: reading back %s: %w", f.Name(), err)}
 			}
@@ -441,6 +461,37 @@ func hashParts(f *os.File, mem []byte, size, ps int64, n int, ready <-chan int, 
 	}
 	if next < n {
 		return hashResult{prefix: int64(next) * ps, err: errors.New("download stopped")}
+	}
+	return hashResult{prefix: size}
+}
+
+// hashMapped hashes a mapped download in file order as its bytes arrive:
+// it follows the part being received at the front of the file instead of
+// waiting for whole parts, so the sequential hash overlaps the download
+// from the first byte and ends soon after the last. ready is closed when
+// the downloads have stopped; stop says they failed.
+func hashMapped(d *dest, size int64, ready <-chan int, stop <-chan struct{}, h hash.Hash) hashResult {
+	var pos int64 // bytes hashed
+	closed := false
+	for pos < size {
+		i := pos / d.ps
+		avail := int64(i)*d.ps + d.filled[i].Load()
+		if avail > pos {
+			to := min(avail, pos+4<<20)
+			h.Write(d.mem[pos:to])
+			pos = to
+			continue
+		}
+		if closed {
+			return hashResult{prefix: pos, err: errors.New("download stopped")}
+		}
+		select {
+		case <-stop:
+			return hashResult{prefix: pos}
+		case _, ok := <-ready:
+			closed = !ok
+		case <-d.more:
+		}
 	}
 	return hashResult{prefix: size}
 }
@@ -523,7 +574,8 @@ func (c *Client) getRange(ctx context.Context, j *job, d *dest, f *os.File, off,
 	}
 	if d.mem != nil && h == nil {
 		populate(d.mem[off:end])
-		n, err := readInto(d.mem[off:end], &idleReader{r: body, timer: timer, d: c.opts.StallTimeout}, d.bar)
+		n, err := readInto(d.mem[off:end], &idleReader{r: body, timer: timer, d: c.opts.StallTimeout}, d.bar,
+			func(k int64) { d.arrived(off, off+k) })
 		return n, stalled(actx, err)
 	}
 	n, err := copyAt(f, off, &idleReader{r: io.LimitReader(body, end-off), timer: timer, d: c.opts.StallTimeout}, h, d.bar)
@@ -596,12 +648,16 @@ func copyAt(f *os.File, off int64, body io.Reader, h hash.Hash, bar *fileBar) (i
 // readInto reads body into dst (a mapped range of the file) until dst is
 // full or the body ends, counting progress; it returns the bytes read,
 // also on error. The socket's bytes land in the page cache with one copy.
-func readInto(dst []byte, body io.Reader, bar *fileBar) (int64, error) {
+// After each read, got learns how many bytes dst holds.
+func readInto(dst []byte, body io.Reader, bar *fileBar, got func(int64)) (int64, error) {
 	var n int
 	for n < len(dst) {
 		k, err := body.Read(dst[n:min(n+1<<20, len(dst))])
 		n += k
-		bar.add(int64(k))
+		if k > 0 {
+			bar.add(int64(k))
+			got(int64(n))
+		}
 		if err == io.EOF {
 			return int64(n), nil // the caller compares n with what it asked for
 		}
