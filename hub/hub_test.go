@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -687,7 +688,9 @@ func TestOptionsFromEnv(t *testing.T) {
 // BenchmarkDownload fetches one LFS file from the in-process Hub (through
 // the CDN redirect) in parallel ranged parts with sha256 on: 1 GiB, or
 // 512 MiB with -short. "disk" writes the cache to the temp dir, "tmpfs"
-// to /dev/shm (skipped where there is none).
+// to /dev/shm (skipped where there is none). "4files" is the same bytes
+// as four shards (model-0000N-of-00004.safetensors), whose hashes run at
+// once.
 func BenchmarkDownload(b *testing.B) {
 	size := 1 << 30
 	if testing.Short() {
@@ -696,10 +699,19 @@ func BenchmarkDownload(b *testing.B) {
 	s := hubtest.New()
 	defer s.Close()
 	s.AddRepo("org/big", &hubtest.Repo{Files: map[string][]byte{"config.json": []byte("{}"), "model.safetensors": randomBytes(size, 3)}})
-	for _, where := range []string{"disk", "tmpfs"} {
+	shards := map[string][]byte{"config.json": []byte("{}")}
+	for i := range 4 {
+		shards[fmt.Sprintf("model-%05d-of-00004.safetensors", i+1)] = randomBytes(size/4, uint64(10+i))
+	}
+	s.AddRepo("org/shards", &hubtest.Repo{Files: shards})
+	for _, where := range []string{"disk", "tmpfs", "tmpfs-4files"} {
 		b.Run(where, func(b *testing.B) {
+			repo := "org/big"
+			if where == "tmpfs-4files" {
+				repo = "org/shards"
+			}
 			parent := ""
-			if where == "tmpfs" {
+			if where != "disk" {
 				if st, err := os.Stat("/dev/shm"); err != nil || !st.IsDir() {
 					b.Skip("no /dev/shm")
 				}
@@ -717,7 +729,7 @@ func BenchmarkDownload(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StartTimer()
-				if _, err := c.Snapshot(context.Background(), "org/big", "main", nil); err != nil {
+				if _, err := c.Snapshot(context.Background(), repo, "main", nil); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()
