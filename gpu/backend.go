@@ -29,7 +29,8 @@ type Backend struct {
 	maxStep        int
 	n              int // tokens of the current step
 	first          int // position of the step's first token
-	// i8 holds int8 activations and their scale per width (tq2 weights).
+	// i8 holds int8 activations (maxStep rows of whole blocks) per width
+	// (tq2 weights); scale their scales, one per token.
 	i8    map[int]Buffer
 	scale Buffer
 
@@ -89,7 +90,7 @@ func NewBackend(d *Device, maxStep int) (*Backend, error) {
 			return err
 		}
 		b.tok, b.pos = b.step.slice(0, int64(4*maxStep)), b.step.slice(int64(4*maxStep), int64(4*maxStep))
-		if b.scale, err = d.pool.alloc(d, 4, MemScratch); err != nil {
+		if b.scale, err = d.pool.alloc(d, int64(4*maxStep), MemScratch); err != nil {
 			return err
 		}
 		b.idx, err = d.pool.alloc(d, 4, MemScratch)
@@ -180,7 +181,7 @@ func (b *Backend) Upload(w *model.Weight) (model.Mat, error) {
 	if m.Format == quantize.TQ2 {
 		if _, ok := b.i8[m.Cols]; !ok {
 			err := b.d.do(func() error {
-				q, err := b.d.pool.alloc(b.d, int64(m.blocks()*32), MemScratch)
+				q, err := b.d.pool.alloc(b.d, int64(b.maxStep*m.blocks()*32), MemScratch)
 				if err != nil {
 					return err
 				}
@@ -357,17 +358,13 @@ func (b *Backend) MatMul(dst, x model.Buf, w model.Mat, n int) {
 	b.op("matmul "+string(m.Format), func() error {
 		switch {
 		case m.Format == quantize.TQ2:
+			// Every token's activations quantized in one launch, then
+			// every token's product in one launch.
 			q := b.i8[m.Cols]
-			for i := 0; i < n; i++ {
-				xi := xb.slice(int64(4*i*m.Cols), int64(4*m.Cols))
-				if err := b.d.quantizeI8(xi, m.Cols, q, b.scale); err != nil {
-					return err
-				}
-				if err := b.d.matvecI8(m, q, b.scale, yb.slice(int64(4*i*m.Rows), int64(4*m.Rows))); err != nil {
-					return err
-				}
+			if err := b.d.quantizeI8N(xb, m.Cols, n, q, m.blocks()*32, b.scale); err != nil {
+				return err
 			}
-			return nil
+			return b.d.matvecI8N(m, n, q, b.scale, yb)
 		case n == 1 && m.Cols%32 == 0:
 			return b.d.matvec(m, xb, yb)
 		default:

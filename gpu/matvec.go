@@ -204,17 +204,29 @@ func matvecKernel(f quantize.Format, rows, cols int) int {
 // quantizeI8 queues the int8 quantization of x[0..n) into q and its scale
 // into scale[0] (device thread).
 func (d *Device) quantizeI8(x Buffer, n int, q, scale Buffer) error {
-	return d.launch("quantize_i8", grid1(1), grid1(1024), 0, argBuf(x), argInt(n), argBuf(q), argBuf(scale))
+	return d.quantizeI8N(x, n, 1, q, 0, scale)
+}
+
+// quantizeI8N quantizes tokens vectors of n (rows of x) in one launch:
+// vector i into q + i*qStride and its scale into scale[i] (device thread).
+func (d *Device) quantizeI8N(x Buffer, n, tokens int, q Buffer, qStride int, scale Buffer) error {
+	return d.launch("quantize_i8", grid1(tokens), grid1(1024), 0, argBuf(x), argInt(n), argBuf(q), argBuf(scale), argInt(qStride))
 }
 
 // matvecI8 queues y = W q*scale for tq2 (W2A8) and q8 (W8A8) (device thread).
 func (d *Device) matvecI8(m *Matrix, q, scale, y Buffer) error {
+	return d.matvecI8N(m, 1, q, scale, y)
+}
+
+// matvecI8N queues tokens products at once: token i reads q + i*blocks*32
+// and scale[i] and writes y + i*Rows (device thread).
+func (d *Device) matvecI8N(m *Matrix, tokens int, q, scale, y Buffer) error {
 	if m.Format != quantize.TQ2 && m.Format != quantize.Q8 {
 		return fmt.Errorf("gpu: int8 activations need tq2 or q8 weights, not %s", m.Format)
 	}
 	nt := threadsFor(m.blocks())
 	name := fmt.Sprintf("matvec_%s_i8_%d", m.Format, nt)
-	return d.launch(name, grid1((m.Rows+3)/4), grid1(nt), 0,
+	return d.launch(name, grid2((m.Rows+3)/4, tokens), grid1(nt), 0,
 		argBuf(m.data), argBuf(m.scales), argF32(m.scale), argBuf(q), argBuf(scale), argBuf(y),
 		argInt(m.Rows), argInt(m.blocks()), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()))
 }

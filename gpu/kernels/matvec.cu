@@ -321,11 +321,16 @@ MATVEC_ALL(q1, Q1)
 MATVEC_ALL(tq2, TQ2)
 
 // quantize_i8 quantizes x[0..n) to int8 by absmax, as BitNet does: one
-// block of 1024 threads. scale_out[0] = max(amax, 1e-5)/127 expressed as
+// block of 1024 threads per vector; block b reads x + b*n and writes
+// q + b*q_stride and scale_out[b] (several tokens in one launch). scale_out[0] = max(amax, 1e-5)/127 expressed as
 // 1/(127/amax), q = clip(rint(x*127/amax), -128, 127) (round half to even).
 extern "C" __global__ void __launch_bounds__(1024) quantize_i8(const float* __restrict__ x, int n,
-                                                               int8_t* __restrict__ q, float* __restrict__ scale_out) {
+                                                               int8_t* __restrict__ q, float* __restrict__ scale_out,
+                                                               int q_stride) {
     __shared__ float red[32];
+    x += (size_t)blockIdx.x * n;
+    q += (size_t)blockIdx.x * q_stride;
+    scale_out += blockIdx.x;
     float m = 0.f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, fabsf(x[i]));
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -347,7 +352,8 @@ extern "C" __global__ void __launch_bounds__(1024) quantize_i8(const float* __re
 
 // matvec_i8: W2A8 (tq2) and W8A8 (q8) products with int8 activations q
 // (padded with zeros to whole blocks) and their scale xscale[0]; integer
-// sums with dp4a. tq2 codes are t+1, so sum(t*x) = dp4a(code, x) - sum(x).
+// sums with dp4a. Grid y is the token: its q, scale and y follow the
+// previous token's (q rows of nb*32 bytes). tq2 codes are t+1, so sum(t*x) = dp4a(code, x) - sum(x).
 template <int FMT, int NT>
 __device__ void matvec_i8(const uint8_t* __restrict__ W, const __half* __restrict__ scales, float tscale,
                           const int8_t* __restrict__ q, const float* __restrict__ xscale, float* __restrict__ y,
@@ -404,7 +410,8 @@ __device__ void matvec_i8(const uint8_t* __restrict__ W, const __half* __restric
     extern "C" __global__ void __launch_bounds__(NT)                                                        \
         name(const uint8_t* W, const __half* scales, float tscale, const int8_t* q, const float* xscale,   \
              float* y, int rows, int nb, int row_bytes, int gb, int ng) {                                   \
-        matvec_i8<FMT, NT>(W, scales, tscale, q, xscale, y, rows, nb, row_bytes, gb, ng);                  \
+        matvec_i8<FMT, NT>(W, scales, tscale, q + (size_t)blockIdx.y * nb * 32, xscale + blockIdx.y,       \
+                           y + (size_t)blockIdx.y * rows, rows, nb, row_bytes, gb, ng);                      \
     }
 MATVEC_I8(matvec_tq2_i8_32, TQ2, 32)
 MATVEC_I8(matvec_tq2_i8_64, TQ2, 64)
