@@ -353,7 +353,9 @@ func (c *Client) fetchParts(ctx context.Context, j *job, d *dest, h hash.Hash) e
 		return fmt.Errorf("cache: %w", err)
 	}
 
-	d.mem = mapFile(f, size)
+	if !c.noMap {
+		d.mem = mapFile(f, size)
+	}
 	ready := make(chan int, n)
 	stop := make(chan struct{})
 	hashed := make(chan hashResult, 1)

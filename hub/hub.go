@@ -94,6 +94,9 @@ type Client struct {
 	opts Options
 	host string // the endpoint's host: the only one that gets the token
 	http *http.Client
+	// noMap makes parallel downloads write with WriteAt and hash by
+	// reading parts back, as where the file cannot be mapped (tests).
+	noMap bool
 }
 
 // New checks the options and builds a client.

@@ -334,13 +334,18 @@ func TestFaults(t *testing.T) {
 		{"flipped byte", hubtest.Faults{Flip: true, FlipByte: 12345}, "checksum mismatch"},
 	}
 	for _, tc := range tests {
-		for _, parts := range []int64{64 << 10, 1 << 30} { // parallel parts, and one stream
+		for _, mode := range []struct {
+			parts int64
+			noMap bool
+		}{{64 << 10, false}, {1 << 30, false}, {64 << 10, true}} { // parallel parts (mapped, and written with WriteAt), and one stream
+			parts := mode.parts
 			t.Run(tc.name, func(t *testing.T) {
 				repo := testRepo()
 				s := hubtest.Start(t, map[string]*hubtest.Repo{"org/model": repo})
 				f := tc.faults
 				s.SetFaults("model.safetensors", &f)
 				c, cache := newClient(t, s, func(o *Options) { o.PartSize, o.Retries = parts, 3 })
+				c.noMap = mode.noMap
 				snap, err := c.Snapshot(context.Background(), "org/model", "main", nil)
 				if tc.want != "" {
 					if err == nil || !strings.Contains(err.Error(), tc.want) {
