@@ -768,3 +768,28 @@ func TestLockWaitCancels(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLargeFile downloads a file large enough that the test CDN sends it
+// from disk (sendfile, ranged), in mapped parallel parts, with dropped
+// connections on the way: the cache holds exactly the file.
+func TestLargeFile(t *testing.T) {
+	data := randomBytes(3<<20+123, 21)
+	s := hubtest.Start(t, map[string]*hubtest.Repo{"org/large": {Files: map[string][]byte{"config.json": []byte("{}"), "model.safetensors": data}}})
+	for _, drop := range []bool{false, true} {
+		if drop {
+			s.SetFaults("model.safetensors", &hubtest.Faults{DropAfter: 300_000, DropTimes: 3})
+		}
+		c, _ := newClient(t, s, func(o *Options) { o.PartSize = 256 << 10 })
+		snap, err := c.Snapshot(context.Background(), "org/large", "main", nil)
+		if err != nil {
+			t.Fatalf("drop %v: %v", drop, err)
+		}
+		got, err := os.ReadFile(filepath.Join(snap.Dir, "model.safetensors"))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("drop %v: cached file differs (%d bytes, %v)", drop, len(got), err)
+		}
+	}
+	if n := s.BytesServed.Load(); n < 2*int64(len(data)) {
+		t.Errorf("served %d bytes for two downloads of %d", n, len(data))
+	}
+}
