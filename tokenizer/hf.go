@@ -928,7 +928,7 @@ func (m *hfModel) bpeSegment(out []int, w string) ([]int, error) {
 		syms[i].prev, syms[i].next = i-1, i+1
 	}
 	syms[len(syms)-1].next = -1
-	q := mergeQueue{h: make([]mergeItem, 0, len(syms))}
+	q := newHeap[mergeItem](len(syms))
 	for i := 0; i+1 < len(syms); i++ {
 		if v, ok := m.merges[mergeKey{syms[i].id, syms[i+1].id}]; ok {
 			q.push(mergeItem{pos: i, rank: v.rank, id: v.id})
@@ -973,45 +973,9 @@ type mergeItem struct {
 	rank, id int32
 }
 
-// mergeQueue is a min-heap on (rank, pos).
-type mergeQueue struct{ h []mergeItem }
-
-func (q *mergeQueue) len() int { return len(q.h) }
-
-func mqLess(a, b mergeItem) bool { return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos) }
-
-func (q *mergeQueue) push(it mergeItem) {
-	q.h = append(q.h, it)
-	for i := len(q.h) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !mqLess(q.h[i], q.h[p]) {
-			break
-		}
-		q.h[i], q.h[p] = q.h[p], q.h[i]
-		i = p
-	}
-}
-
-func (q *mergeQueue) pop() mergeItem {
-	top := q.h[0]
-	n := len(q.h) - 1
-	q.h[0] = q.h[n]
-	q.h = q.h[:n]
-	for i := 0; ; {
-		l, best := 2*i+1, i
-		if l < n && mqLess(q.h[l], q.h[best]) {
-			best = l
-		}
-		if l+1 < n && mqLess(q.h[l+1], q.h[best]) {
-			best = l + 1
-		}
-		if best == i {
-			break
-		}
-		q.h[i], q.h[best] = q.h[best], q.h[i]
-		i = best
-	}
-	return top
+// before orders merges: lowest rank first, then leftmost.
+func (a mergeItem) before(b mergeItem) bool {
+	return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos)
 }
 
 // Decode turns ids into text; special added tokens are left out.

@@ -401,7 +401,7 @@ func (m *spModel) encodeSegment(out []int, norm string) []int {
 		pos += n
 	}
 	syms[len(syms)-1].next = -1
-	q := spQueue{h: make([]spCand, 0, 2*len(syms))}
+	q := newHeap[spCand](2 * len(syms))
 	revMerge := map[string][2]string{}
 	add := func(l, r int) {
 		if l < 0 || r < 0 || syms[l].frozen || syms[r].frozen {
@@ -514,47 +514,9 @@ type spCand struct {
 	score       float32
 }
 
-// spQueue is a binary max-heap of merge candidates.
-type spQueue struct{ h []spCand }
-
-func (q *spQueue) len() int { return len(q.h) }
-
-func spLess(a, b spCand) bool { // a has higher priority than b
+// before orders candidates: best score first, then leftmost.
+func (a spCand) before(b spCand) bool {
 	return a.score > b.score || (a.score == b.score && a.left < b.left)
-}
-
-func (q *spQueue) push(c spCand) {
-	q.h = append(q.h, c)
-	for i := len(q.h) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !spLess(q.h[i], q.h[p]) {
-			break
-		}
-		q.h[i], q.h[p] = q.h[p], q.h[i]
-		i = p
-	}
-}
-
-func (q *spQueue) pop() spCand {
-	top := q.h[0]
-	n := len(q.h) - 1
-	q.h[0] = q.h[n]
-	q.h = q.h[:n]
-	for i := 0; ; {
-		l, best := 2*i+1, i
-		if l < n && spLess(q.h[l], q.h[best]) {
-			best = l
-		}
-		if l+1 < n && spLess(q.h[l+1], q.h[best]) {
-			best = l + 1
-		}
-		if best == i {
-			break
-		}
-		q.h[i], q.h[best] = q.h[best], q.h[i]
-		i = best
-	}
-	return top
 }
 
 // Decode turns ids into text; control tokens are invisible.
