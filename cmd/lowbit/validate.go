@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"lowbit/hub"
+	"lowbit/internal/atomicfile"
 	"lowbit/model"
 	"lowbit/validate"
 )
@@ -113,7 +114,7 @@ perplexity, with per-format thresholds). It exits with status 1 when a check fai
 			}
 			rep.Finish()
 			if htmlFile != "" {
-				if err := writeFileAtomic(htmlFile, rep.WriteHTML); err != nil {
+				if err := atomicfile.Write(htmlFile, 0o644, rep.WriteHTML); err != nil {
 					return err
 				}
 			}
