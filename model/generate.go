@@ -83,8 +83,21 @@ func Generate(ctx context.Context, s *Session, prompt []int, opts GenerateOption
 		sampler = Greedy()
 	}
 	history := slices.Clone(prompt)
+	// Greedy decoding asks the session for the id alone: on a GPU the
+	// logits then stay on the device.
+	greedy := sampler.argmaxOnly()
+	next := func(tokens []int) (int, error) {
+		if greedy {
+			return s.NextGreedy(ctx, tokens)
+		}
+		logits, err := s.Forward(ctx, tokens)
+		if err != nil {
+			return 0, err
+		}
+		return sampler.Sample(logits, history), nil
+	}
 	start := time.Now()
-	logits, err := s.Forward(ctx, prompt)
+	id, err := next(prompt)
 	if err != nil {
 		return st, err
 	}
@@ -96,7 +109,6 @@ func Generate(ctx context.Context, s *Session, prompt []int, opts GenerateOption
 			st.Stop = StopMaxTokens
 			return st, nil
 		}
-		id := sampler.Sample(logits, history)
 		if slices.Contains(opts.StopIDs, id) {
 			st.Stop = StopEOS
 			return st, nil
@@ -116,7 +128,7 @@ func Generate(ctx context.Context, s *Session, prompt []int, opts GenerateOption
 			st.Stop = StopMaxTokens
 			return st, nil
 		}
-		if logits, err = s.Forward(ctx, []int{id}); err != nil {
+		if id, err = next([]int{id}); err != nil {
 			return st, err
 		}
 	}

@@ -71,6 +71,12 @@ func Greedy() *Sampler {
 	return s
 }
 
+// argmaxOnly reports whether Sample is the argmax of the logits alone (no
+// temperature, no repetition penalty), so a backend may pick it itself.
+func (s *Sampler) argmaxOnly() bool {
+	return s.opts.Temperature <= 0 && (s.opts.RepeatPenalty <= 0 || s.opts.RepeatPenalty == 1)
+}
+
 // Sample picks the next token from logits (not modified), given the
 // sequence so far for the repetition penalty.
 func (s *Sampler) Sample(logits []float32, history []int) int {
