@@ -400,6 +400,9 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.KVCache, layer, n i
 		if err := b.d.kvStore(kb, vb, c.k[layer], c.v[layer], n, kvd, b.pos); err != nil {
 			return err
 		}
+		if a.Window == 0 && hasAttnPrefill(a.HeadDim) {
+			return b.d.attnPrefill(qb, c.k[layer], c.v[layer], ob, n, a.Heads, a.KVHeads, a.HeadDim, c.positions, b.pos, a.Scale)
+		}
 		return b.d.attention(qb, c.k[layer], c.v[layer], ob, n, a.Heads, a.KVHeads, a.HeadDim, c.positions, b.pos, a.Scale, Buffer{}, Buffer{})
 	})
 }

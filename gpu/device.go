@@ -60,6 +60,15 @@ type Device struct {
 	// sharedSet records the dynamic shared memory each kernel may use.
 	sharedSet map[string]int
 
+	// cuBLAS for prefill products, loaded on first use (blasTried), with
+	// the reason when it could not be; x16 and w16 are its fp16 scratch.
+	blas      *blas
+	blasTried bool
+	blasErr   error
+	x16, w16  Buffer
+	// blasOff keeps every product on lowbit's own kernels (tests).
+	blasOff bool
+
 	// Launch parameter slots, reused by every launch (device thread only).
 	argv [maxParams]uint64
 	argp [maxParams]uintptr
@@ -174,6 +183,10 @@ func (d *Device) release() {
 		return
 	}
 	c.call(fnCtxSynchronize)
+	if d.blas != nil {
+		d.blas.close()
+		d.blas = nil
+	}
 	d.pool.freeAll(d)
 	for _, m := range d.mods {
 		c.call(fnModuleUnload, m)

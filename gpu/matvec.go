@@ -248,8 +248,13 @@ func (d *Device) matvecBinary(m *Matrix, bits, beta, y Buffer) error {
 		argInt(m.Rows), argInt(m.Cols), argInt(m.blocks()), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()))
 }
 
-// matmul queues Y[n, Rows] = X[n, Cols] W^T (device thread).
+// matmul queues Y[n, Rows] = X[n, Cols] W^T (device thread): through
+// cuBLAS's tensor cores when it is found and the product is large enough
+// (blas.go), else the fp32 kernel of matmul.cu.
 func (d *Device) matmul(m *Matrix, X, Y Buffer, n int) error {
+	if bl := d.blasFor(m, n); bl != nil {
+		return d.matmulBlas(bl, m, X, Y, n)
+	}
 	return d.launch("matmul_"+string(m.Format), grid2((m.Rows+63)/64, (n+63)/64), grid1(256), 0,
 		argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argF32(m.scale), argBuf(X), argBuf(Y),
 		argInt(m.Rows), argInt(m.Cols), argInt(n), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()))

@@ -20,15 +20,22 @@ const (
 // blocks256 is the grid of a one-thread-per-element kernel of 256 threads.
 func blocks256(n int) dim3 { return grid1((n + 255) / 256) }
 
+// normThreads is the block size of the norm kernels for rows of n: two
+// float4s a thread (each thread loads all of its row's share at once),
+// 32 to 1024 threads.
+func normThreads(n int) int {
+	return min(max((n+255)/256*32, 32), 1024)
+}
+
 // rmsnorm queues y = x / rms(x) * (w + wAdd) for rows rows of n (device thread).
 func (d *Device) rmsnorm(x, w, y Buffer, rows, n int, eps, wAdd float32) error {
-	return d.launch("rmsnorm", grid1(rows), grid1(256), 0, argBuf(x), argBuf(w), argBuf(y), argInt(n), argF32(eps), argF32(wAdd))
+	return d.launch("rmsnorm", grid1(rows), grid1(normThreads(n)), 0, argBuf(x), argBuf(w), argBuf(y), argInt(n), argF32(eps), argF32(wAdd))
 }
 
 // addRMSNorm queues x += r, then y = x / rms(x) * (w + wAdd), for rows rows
 // of n (device thread).
 func (d *Device) addRMSNorm(x, r, w, y Buffer, rows, n int, eps, wAdd float32) error {
-	return d.launch("add_rmsnorm", grid1(rows), grid1(256), 0, argBuf(x), argBuf(r), argBuf(w), argBuf(y), argInt(n), argF32(eps), argF32(wAdd))
+	return d.launch("add_rmsnorm", grid1(rows), grid1(normThreads(n)), 0, argBuf(x), argBuf(r), argBuf(w), argBuf(y), argInt(n), argF32(eps), argF32(wAdd))
 }
 
 // rope queues the rotation of n tokens' heads vectors of hd, token i by

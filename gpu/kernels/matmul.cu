@@ -91,3 +91,46 @@ MATMUL(matmul_q4, Q4)
 MATMUL(matmul_q2, Q2)
 MATMUL(matmul_q1, Q1)
 MATMUL(matmul_tq2, TQ2)
+
+// Prefill through cuBLAS: a panel of weight rows is dequantized to fp16
+// (row-major [rows, cols]) and the activations converted to fp16, then a
+// tensor-core GEMM with fp32 accumulation takes the product (gpu/blas.go).
+
+// dequant_f16: rows of W (grid.x = row) to fp16, two weights a thread.
+template <int FMT>
+__device__ void dequant_f16(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
+                            const __half* __restrict__ mins, float tscale, __half* __restrict__ out, int cols,
+                            int row_bytes, int gb, int ng) {
+    const size_t r = blockIdx.x;
+    const uint8_t* row = W + r * row_bytes;
+    const __half* sc = scales ? scales + r * ng : nullptr;
+    const __half* mn = mins ? mins + r * ng : nullptr;
+    __half* o = out + r * cols;
+    for (int c = 2 * threadIdx.x; c < cols; c += 2 * blockDim.x) {
+        const float a = wval<FMT>(row, sc, mn, tscale, c, gb);
+        if (c + 1 < cols && (cols & 1) == 0) {
+            const float b = wval<FMT>(row, sc, mn, tscale, c + 1, gb);
+            *reinterpret_cast<__half2*>(o + c) = __floats2half2_rn(a, b);
+        } else {
+            o[c] = __float2half_rn(a);
+            if (c + 1 < cols) o[c + 1] = __float2half_rn(wval<FMT>(row, sc, mn, tscale, c + 1, gb));
+        }
+    }
+}
+
+#define DEQUANT(name, FMT)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(256)                                                        \
+        name(const uint8_t* W, const __half* scales, const __half* mins, float tscale, __half* out, int cols, \
+             int row_bytes, int gb, int ng) {                                                                \
+        dequant_f16<FMT>(W, scales, mins, tscale, out, cols, row_bytes, gb, ng);                             \
+    }
+DEQUANT(dequant_f16_q8, Q8)
+DEQUANT(dequant_f16_q4, Q4)
+DEQUANT(dequant_f16_q2, Q2)
+DEQUANT(dequant_f16_q1, Q1)
+
+// f32_to_f16 converts x[0..n) to fp16 (round to nearest even).
+extern "C" __global__ void f32_to_f16(const float* __restrict__ x, __half* __restrict__ y, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __float2half_rn(x[i]);
+}

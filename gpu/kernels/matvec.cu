@@ -203,44 +203,58 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     constexpr bool MN = FMT == Q4 || FMT == Q2;
     extern __shared__ float4 xsh[];
     const int nch = nb / CB;
-    // float4 k of block b lives at xsh[k*nb + (b%CB)*nch + b/CB].
-    for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
-        const int b = i >> 3, k = i & 7;
-        xsh[k * nb + (b % CB) * nch + b / CB] = __ldg(reinterpret_cast<const float4*>(x) + i);
-    }
-    __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int groups = (rows + SROWS * SWARPS - 1) / (SROWS * SWARPS);
-    for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+    const uint8_t* wp[SROWS];
+    size_t sb[SROWS];
+    // setup points wp and sb at the rows of group grp; false when the warp
+    // has none there.
+    auto setup = [&](int grp) {
         const int row0 = grp * SROWS * SWARPS + warp * SROWS;
-        if (row0 >= rows) continue;
-        const uint8_t* wp[SROWS];
-        size_t sb[SROWS];
+        if (grp >= groups || row0 >= rows) return false;
 #pragma unroll
         for (int r = 0; r < SROWS; r++) {
             const int row = min(row0 + r, rows - 1);
             wp[r] = W + (size_t)row * row_bytes;
             sb[r] = (size_t)row * ng;
         }
-        uint32_t nxt[SROWS][4 * U];
-        __half nsc[SROWS][CB], nmn[SROWS][CB];
-        auto load_all = [&](int cc, uint32_t (&w)[SROWS][4 * U], __half (&sc)[SROWS][CB], __half (&mn)[SROWS][CB]) {
+        return true;
+    };
+    uint32_t nxt[SROWS][4 * U];
+    __half nsc[SROWS][CB], nmn[SROWS][CB];
+    auto load_all = [&](int cc, uint32_t (&w)[SROWS][4 * U], __half (&sc)[SROWS][CB], __half (&mn)[SROWS][CB]) {
 #pragma unroll
-            for (int r = 0; r < SROWS; r++) {
-                load_chunk<FMT>(wp[r] + (size_t)cc * 16 * U, w[r]);
+        for (int r = 0; r < SROWS; r++) {
+            load_chunk<FMT>(wp[r] + (size_t)cc * 16 * U, w[r]);
 #pragma unroll
-                for (int k = 0; k < CB; k++) {
-                    const int g = (cc * CB + k) / gb;
-                    if (SC) sc[r][k] = scales[sb[r] + g];
-                    if (MN) mn[r][k] = mins[sb[r] + g];
-                }
+            for (int k = 0; k < CB; k++) {
+                const int g = (cc * CB + k) / gb;
+                if (SC) sc[r][k] = scales[sb[r] + g];
+                if (MN) mn[r][k] = mins[sb[r] + g];
             }
-        };
+        }
+    };
+    // The first chunk of the first rows is requested before x is staged,
+    // so the two round trips overlap.
+    int grp = blockIdx.x;
+    bool have = setup(grp), loaded = PF && have && lane < nch;
+    if (loaded) load_all(lane, nxt, nsc, nmn);
+    // float4 k of block b lives at xsh[k*nb + (b%CB)*nch + b/CB].
+    for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
+        const int b = i >> 3, k = i & 7;
+        xsh[k * nb + (b % CB) * nch + b / CB] = __ldg(reinterpret_cast<const float4*>(x) + i);
+    }
+    __syncthreads();
+    for (; grp < groups; grp += gridDim.x) {
+        if (grp != (int)blockIdx.x) have = setup(grp);
+        if (!have) continue;
+        const int row0 = grp * SROWS * SWARPS + warp * SROWS;
         float acc[SROWS];
 #pragma unroll
         for (int r = 0; r < SROWS; r++) acc[r] = 0.f;
         int c = lane;
-        if (PF && c < nch) load_all(c, nxt, nsc, nmn);
+        if (PF && !loaded && c < nch) load_all(c, nxt, nsc, nmn);
+        loaded = false;
         for (; c < nch; c += 32) {
             uint32_t cur[SROWS][4 * U];
             __half csc[SROWS][CB], cmn[SROWS][CB];
@@ -252,7 +266,13 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
 #pragma unroll
                     for (int k = 0; k < CB; k++) csc[r][k] = nsc[r][k], cmn[r][k] = nmn[r][k];
                 }
-                if (c + 32 < nch) load_all(c + 32, nxt, nsc, nmn);
+                if (c + 32 < nch) {
+                    load_all(c + 32, nxt, nsc, nmn);
+                } else if (setup(grp + gridDim.x) && lane < nch) {
+                    // the next rows' first chunk, while this one is summed
+                    load_all(lane, nxt, nsc, nmn);
+                    loaded = true;
+                }
             } else {
                 load_all(c, cur, csc, cmn);
             }

@@ -1,8 +1,8 @@
-// ops.cu: the other kernels of the decode step: RMSNorm, rotary embedding,
+// ops.cu: the other kernels of the decode step: rotary embedding,
 // KV-cache store, attention over the cache, gated activations, residual
-// add, embedding lookup and argmax. The position and the token id are read
-// from device memory, so a captured decode step replays for every token
-// without being captured again.
+// add and embedding lookup (RMSNorm and argmax are in norm.cu). The
+// position and the token id are read from device memory, so a captured
+// decode step replays for every token without being captured again.
 #include <cuda_fp16.h>
 #include <stdint.h>
 
@@ -34,40 +34,6 @@ __device__ float block_max(float v, float* red) {
     }
     __syncthreads();
     return red[32];
-}
-
-// rmsnorm: one block per row of n; y = x / sqrt(mean(x^2) + eps) * (w + w_add)
-// (w_add is 1 for Gemma, whose norm weights are stored minus one).
-extern "C" __global__ void rmsnorm(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-                                   int n, float eps, float w_add) {
-    __shared__ float red[33];
-    const float* xr = x + (size_t)blockIdx.x * n;
-    float* yr = y + (size_t)blockIdx.x * n;
-    float s = 0.f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) s += xr[i] * xr[i];
-    s = block_sum(s, red);
-    const float r = rsqrtf(s / (float)n + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * r * (w[i] + w_add);
-}
-
-// add_rmsnorm: the residual add and the RMSNorm after it in one pass, one
-// block per row of n: x += r, then y = x / sqrt(mean(x^2) + eps) * (w + w_add).
-extern "C" __global__ void add_rmsnorm(float* __restrict__ x, const float* __restrict__ r,
-                                       const float* __restrict__ w, float* __restrict__ y, int n, float eps,
-                                       float w_add) {
-    __shared__ float red[33];
-    float* xr = x + (size_t)blockIdx.x * n;
-    const float* rr = r + (size_t)blockIdx.x * n;
-    float* yr = y + (size_t)blockIdx.x * n;
-    float s = 0.f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = xr[i] + rr[i];
-        xr[i] = v;
-        s += v * v;
-    }
-    s = block_sum(s, red);
-    const float q = rsqrtf(s / (float)n + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * q * (w[i] + w_add);
 }
 
 // rope rotates each head of v [n, heads, hd] in place, token y by position
@@ -213,33 +179,4 @@ extern "C" __global__ void embed_q8(const int8_t* __restrict__ q, const __half* 
     if (i >= dim) return;
     const size_t r = (size_t)tok[blockIdx.y];
     out[(size_t)blockIdx.y * dim + i] = __half2float(scales[r * ng + i / gs]) * (float)q[r * row_bytes + i];
-}
-
-// argmax writes the index of the largest of x[0..n) (the first on ties)
-// to out[0]. One block of 1024 threads.
-extern "C" __global__ void argmax(const float* __restrict__ x, int n, int* __restrict__ out) {
-    __shared__ float bv[32];
-    __shared__ int bi[32];
-    float v = -INFINITY;
-    int idx = 0x7fffffff;
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-        if (x[i] > v) v = x[i], idx = i;
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        if (ov > v || (ov == v && oi < idx)) v = ov, idx = oi;
-    }
-    if ((threadIdx.x & 31) == 0) bv[threadIdx.x >> 5] = v, bi[threadIdx.x >> 5] = idx;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        const int nw = (blockDim.x + 31) / 32;
-        v = threadIdx.x < nw ? bv[threadIdx.x] : -INFINITY;
-        idx = threadIdx.x < nw ? bi[threadIdx.x] : 0x7fffffff;
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-            if (ov > v || (ov == v && oi < idx)) v = ov, idx = oi;
-        }
-        if (threadIdx.x == 0) out[0] = idx;
-    }
 }

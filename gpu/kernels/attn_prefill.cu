@@ -1,0 +1,100 @@
+// attn_prefill.cu: causal attention for a prompt (many queries at once),
+// flash style: a block takes QT queries of one head and walks the keys in
+// tiles of KT positions staged in shared memory, keeping a running max,
+// sum and output (online softmax), so the scores never reach memory.
+//
+// Four threads share a query: thread s of the four holds the head's
+// dimensions 16i+4s..16i+4s+3 of q and of the output, so one float4 read
+// of a staged key serves its four FMAs and the four threads of a query
+// read 64 consecutive bytes (the other queries of the warp read the same
+// bytes: a broadcast). The partial dot products meet by two shuffles.
+#include <stdint.h>
+
+#define QT 64  // queries a block
+#define KT 32  // keys a tile
+
+// attn_prefill: q and out are [n, heads, hd]; kc and vc the layer's cache
+// [max_seq, kv_heads*hd], already holding this step's keys and values;
+// query y sits at position pos[y] and sees positions 0..pos[y]. Query head
+// h reads kv head h / (heads / kv_heads). Grid: (heads, ceil(n/QT));
+// block: 4*QT threads.
+template <int HD>
+__device__ void attn_prefill(const float* __restrict__ q, const float* __restrict__ kc,
+                             const float* __restrict__ vc, float* __restrict__ out, int n, int heads,
+                             int kv_heads, int max_seq, const int* __restrict__ pos, float scale) {
+    constexpr int NF = HD / 16;  // float4s of q (and of the output) a thread holds
+    __shared__ float4 ks[KT][HD / 4], vs[KT][HD / 4];
+    const int t = threadIdx.x, s = t & 3, qi = t >> 2;
+    const int h = blockIdx.x, kvh = h / (heads / kv_heads), kvdim = kv_heads * HD;
+    const int y = blockIdx.y * QT + qi;
+    const bool valid = y < n;
+    const int p = valid ? pos[y] : -1;
+    const int last = pos[min(blockIdx.y * QT + QT - 1, n - 1)];
+
+    float4 qv[NF], acc[NF];
+    const float4* q4 = reinterpret_cast<const float4*>(q + ((size_t)(valid ? y : 0) * heads + h) * HD);
+#pragma unroll
+    for (int i = 0; i < NF; i++) {
+        const float4 a = q4[4 * i + s];
+        qv[i] = make_float4(a.x * scale, a.y * scale, a.z * scale, a.w * scale);
+        acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float m = -INFINITY, l = 0.f;
+
+    for (int k0 = 0; k0 <= last; k0 += KT) {
+        __syncthreads();
+        for (int i = t; i < KT * HD / 4; i += blockDim.x) {
+            const int j = i / (HD / 4), c = i % (HD / 4), r = k0 + j;
+            const size_t off = (size_t)min(r, max_seq - 1) * kvdim + (size_t)kvh * HD;
+            ks[j][c] = reinterpret_cast<const float4*>(kc + off)[c];
+            vs[j][c] = reinterpret_cast<const float4*>(vc + off)[c];
+        }
+        __syncthreads();
+        float sc[KT];
+        float mt = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < KT; j++) {
+            float d = 0.f;
+#pragma unroll
+            for (int i = 0; i < NF; i++) {
+                const float4 k = ks[j][4 * i + s];
+                d += qv[i].x * k.x + qv[i].y * k.y + qv[i].z * k.z + qv[i].w * k.w;
+            }
+            d += __shfl_xor_sync(0xffffffffu, d, 1);
+            d += __shfl_xor_sync(0xffffffffu, d, 2);
+            sc[j] = k0 + j <= p ? d : -INFINITY;
+            mt = fmaxf(mt, sc[j]);
+        }
+        const float mn = fmaxf(m, mt);
+        if (mn == -INFINITY) continue;  // nothing visible yet (a padding query)
+        const float alpha = __expf(m - mn);
+        l *= alpha;
+#pragma unroll
+        for (int i = 0; i < NF; i++) acc[i].x *= alpha, acc[i].y *= alpha, acc[i].z *= alpha, acc[i].w *= alpha;
+#pragma unroll
+        for (int j = 0; j < KT; j++) {
+            const float e = __expf(sc[j] - mn);
+            l += e;
+#pragma unroll
+            for (int i = 0; i < NF; i++) {
+                const float4 v = vs[j][4 * i + s];
+                acc[i].x += e * v.x, acc[i].y += e * v.y, acc[i].z += e * v.z, acc[i].w += e * v.w;
+            }
+        }
+        m = mn;
+    }
+    if (!valid) return;
+    const float inv = 1.f / l;
+    float4* o4 = reinterpret_cast<float4*>(out + ((size_t)y * heads + h) * HD);
+#pragma unroll
+    for (int i = 0; i < NF; i++) o4[4 * i + s] = make_float4(acc[i].x * inv, acc[i].y * inv, acc[i].z * inv, acc[i].w * inv);
+}
+
+#define ATTN_PREFILL(HD)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(4 * QT)                                                       \
+        attn_prefill_##HD(const float* q, const float* kc, const float* vc, float* out, int n, int heads,     \
+                          int kv_heads, int max_seq, const int* pos, float scale) {                            \
+        attn_prefill<HD>(q, kc, vc, out, n, heads, kv_heads, max_seq, pos, scale);                            \
+    }
+ATTN_PREFILL(64)
+ATTN_PREFILL(128)

@@ -1,0 +1,171 @@
+// norm.cu: the kernels that reduce a whole row: RMSNorm, the residual add
+// fused with RMSNorm, and argmax.
+//
+// At decode a row is one token, a single block, so these kernels are bound
+// by memory latency, not bandwidth: every thread loads all its elements
+// (16-byte loads, up to NV of them held in registers) before it uses any,
+// so a row costs one round trip to memory instead of one per element.
+#include <stdint.h>
+
+#define NV 4  // float4s a thread keeps in registers
+
+// row_sum adds v over the block (at most 1024 threads); every thread gets
+// the total. red holds 32 floats.
+__device__ __forceinline__ float row_sum(float v, float* red) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = 0.f;
+    const int nw = (blockDim.x + 31) >> 5;
+    for (int w = 0; w < nw; w++) v += red[w];
+    return v;
+}
+
+__device__ __forceinline__ float4 add4(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
+__device__ __forceinline__ float sq4(float4 a) { return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w; }
+__device__ __forceinline__ float4 scale4(float4 a, float q, float4 g, float w_add) {
+    return make_float4(a.x * q * (g.x + w_add), a.y * q * (g.y + w_add), a.z * q * (g.z + w_add),
+                       a.w * q * (g.w + w_add));
+}
+
+// norm_row writes y = x / sqrt(mean(x^2) + eps) * (w + w_add) for one row
+// of n (a multiple of 4, buffers 16-byte aligned); with r, x += r first
+// (x is updated in place).
+__device__ __forceinline__ void norm_row(float* __restrict__ x, const float* __restrict__ r,
+                                         const float* __restrict__ w, float* __restrict__ y, int n, float eps,
+                                         float w_add) {
+    __shared__ float red[32];
+    float4* x4 = reinterpret_cast<float4*>(x);
+    const float4* r4 = reinterpret_cast<const float4*>(r);
+    const int n4 = n >> 2, t = threadIdx.x, nt = blockDim.x;
+    float4 v[NV];
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        const int i = t + k * nt;
+        if (i < n4) v[k] = r ? add4(x4[i], r4[i]) : x4[i];
+    }
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        const int i = t + k * nt;
+        if (i < n4) {
+            if (r) x4[i] = v[k];
+            s += sq4(v[k]);
+        }
+    }
+    for (int i = t + NV * nt; i < n4; i += nt) {  // rows longer than NV*4*blockDim
+        const float4 a = r ? add4(x4[i], r4[i]) : x4[i];
+        if (r) x4[i] = a;
+        s += sq4(a);
+    }
+    const float q = rsqrtf(row_sum(s, red) / (float)n + eps);
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    float4* y4 = reinterpret_cast<float4*>(y);
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        const int i = t + k * nt;
+        if (i < n4) y4[i] = scale4(v[k], q, w4[i], w_add);
+    }
+    for (int i = t + NV * nt; i < n4; i += nt) y4[i] = scale4(x4[i], q, w4[i], w_add);
+}
+
+// norm_row_scalar is norm_row for rows whose length is not a multiple of 4
+// or whose buffers are not 16-byte aligned.
+__device__ void norm_row_scalar(float* __restrict__ x, const float* __restrict__ r, const float* __restrict__ w,
+                                float* __restrict__ y, int n, float eps, float w_add) {
+    __shared__ float red[32];
+    float s = 0.f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float a = r ? x[i] + r[i] : x[i];
+        if (r) x[i] = a;
+        s += a * a;
+    }
+    const float q = rsqrtf(row_sum(s, red) / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] * q * (w[i] + w_add);
+}
+
+// norm picks norm_row or norm_row_scalar.
+__device__ __forceinline__ void norm(float* x, const float* r, const float* w, float* y, int n, float eps,
+                                     float w_add) {
+    const uintptr_t a = (uintptr_t)x | (uintptr_t)r | (uintptr_t)w | (uintptr_t)y;
+    if ((n & 3) == 0 && (a & 15) == 0)
+        norm_row(x, r, w, y, n, eps, w_add);
+    else
+        norm_row_scalar(x, r, w, y, n, eps, w_add);
+}
+
+// rmsnorm: one block per row of n;
+// y = x / sqrt(mean(x^2) + eps) * (w + w_add) (w_add is 1 for Gemma, whose
+// norm weights are stored minus one).
+extern "C" __global__ void __launch_bounds__(1024) rmsnorm(const float* __restrict__ x, const float* __restrict__ w,
+                                                           float* __restrict__ y, int n, float eps, float w_add) {
+    const size_t off = (size_t)blockIdx.x * n;
+    norm(const_cast<float*>(x) + off, nullptr, w, y + off, n, eps, w_add);
+}
+
+// add_rmsnorm: the residual add and the RMSNorm after it in one pass, one
+// block per row of n: x += r, then
+// y = x / sqrt(mean(x^2) + eps) * (w + w_add).
+extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm(float* __restrict__ x, const float* __restrict__ r,
+                                                               const float* __restrict__ w, float* __restrict__ y,
+                                                               int n, float eps, float w_add) {
+    const size_t off = (size_t)blockIdx.x * n;
+    norm(x + off, r + off, w, y + off, n, eps, w_add);
+}
+
+// better reports whether (v, i) beats (bv, bi): larger, or equal and first.
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
+
+// argmax writes the index of the largest of x[0..n) (the first on ties;
+// NaNs never win) to out[0]. One block of 1024 threads; each thread loads
+// AU float4s at once.
+#define AU 8
+extern "C" __global__ void __launch_bounds__(1024) argmax(const float* __restrict__ x, int n, int* __restrict__ out) {
+    __shared__ float bv[32];
+    __shared__ int bi[32];
+    float v = -INFINITY;
+    int idx = 0x7fffffff;
+    const int t = threadIdx.x, nt = blockDim.x;
+    // x may start mid-float4 (a token's logits inside a larger buffer):
+    // the first head elements are read one by one.
+    const int head = min(n, (int)(((16 - ((uintptr_t)x & 15)) & 15) >> 2));
+    if (t < head && x[t] > v) v = x[t], idx = t;
+    const int n4 = (n - head) >> 2;
+    const float4* x4 = reinterpret_cast<const float4*>(x + head);
+    for (int i0 = t; i0 < n4; i0 += AU * nt) {
+        float4 a[AU];
+#pragma unroll
+        for (int k = 0; k < AU; k++)
+            if (i0 + k * nt < n4) a[k] = x4[i0 + k * nt];
+#pragma unroll
+        for (int k = 0; k < AU; k++) {
+            const int i = head + 4 * (i0 + k * nt);
+            if (i0 + k * nt < n4) {
+                if (a[k].x > v) v = a[k].x, idx = i;
+                if (a[k].y > v) v = a[k].y, idx = i + 1;
+                if (a[k].z > v) v = a[k].z, idx = i + 2;
+                if (a[k].w > v) v = a[k].w, idx = i + 3;
+            }
+        }
+    }
+    for (int i = head + 4 * n4 + t; i < n; i += nt)  // the tail past whole float4s
+        if (x[i] > v) v = x[i], idx = i;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (better(ov, oi, v, idx)) v = ov, idx = oi;
+    }
+    if ((t & 31) == 0) bv[t >> 5] = v, bi[t >> 5] = idx;
+    __syncthreads();
+    if (t < 32) {
+        const int nw = (nt + 31) / 32;
+        v = t < nw ? bv[t] : -INFINITY;
+        idx = t < nw ? bi[t] : 0x7fffffff;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+            if (better(ov, oi, v, idx)) v = ov, idx = oi;
+        }
+        if (t == 0) out[0] = idx;
+    }
+}

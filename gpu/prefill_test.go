@@ -1,0 +1,234 @@
+package gpu
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"lowbit/internal/fixture"
+	"lowbit/model"
+	"lowbit/quantize"
+)
+
+// TestNormKernels checks rmsnorm and add_rmsnorm against float64 for rows
+// that take the float4 path (2048), its tail loop past the registers
+// (20000), and the scalar path (a length that is not a multiple of 4).
+func TestNormKernels(t *testing.T) {
+	d := openOrSkip(t)
+	r := rand.New(rand.NewPCG(21, 22))
+	for _, tc := range []struct{ rows, n int }{{1, 2048}, {3, 2048}, {2, 20000}, {3, 50}, {1, 4}} {
+		for _, add := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%dx%d/add=%v", tc.rows, tc.n, add), func(t *testing.T) {
+				rows, n := tc.rows, tc.n
+				x, res, w := gaussian(r, rows*n), gaussian(r, rows*n), gaussian(r, n)
+				xb, rb, wb := up(t, d, x, 0), up(t, d, res, 0), up(t, d, w, 0)
+				y := up(t, d, make([]float32, rows*n), 0)
+				run(t, d, func() error {
+					if add {
+						return d.addRMSNorm(xb, rb, wb, y, rows, n, 1e-5, 0)
+					}
+					return d.rmsnorm(xb, wb, y, rows, n, 1e-5, 0)
+				})
+				sum := make([]float64, rows*n)
+				ref := make([]float64, rows*n)
+				for i := range sum {
+					sum[i] = float64(x[i])
+					if add {
+						sum[i] += float64(res[i])
+					}
+				}
+				for i := 0; i < rows; i++ {
+					var ss float64
+					for _, v := range sum[i*n : (i+1)*n] {
+						ss += v * v
+					}
+					s := 1 / math.Sqrt(ss/float64(n)+1e-5)
+					for j := 0; j < n; j++ {
+						ref[i*n+j] = sum[i*n+j] * s * float64(w[j])
+					}
+				}
+				check(t, "norm", ref, down[float32](t, d, y, rows*n), 1e-6)
+				if add {
+					check(t, "x += r", sum, down[float32](t, d, xb, rows*n), 1e-7)
+				}
+			})
+		}
+	}
+}
+
+// TestArgmaxOffsets checks argmax on logits that start inside a buffer at
+// every 4-byte offset (a token's row of a batch), ties going to the first.
+func TestArgmaxOffsets(t *testing.T) {
+	d := openOrSkip(t)
+	r := rand.New(rand.NewPCG(23, 24))
+	for _, n := range []int{3, 7, 32001} {
+		for off := 0; off < 4; off++ {
+			x := gaussian(r, n+off)
+			want := off + r.IntN(n)
+			x[want] = 10
+			x[off+n-1] = 10 // a tie with a later index
+			if want == off+n-1 {
+				x[off] = 10
+				want = off
+			}
+			xb := up(t, d, x, 0)
+			ob := up(t, d, []int32{-1}, 0)
+			view := Buffer{ptr: xb.ptr + uint64(4*off), size: int64(4 * n)}
+			run(t, d, func() error { return d.argmax(view, n, ob) })
+			if got := int(down[int32](t, d, ob, 1)[0]); got != want-off {
+				t.Errorf("n %d offset %d: argmax %d, want %d", n, off, got, want-off)
+			}
+		}
+	}
+}
+
+// TestAttnPrefill checks the flash-style prompt attention against float64:
+// 100 queries (two query tiles, the second partly empty) at positions
+// 20..119 over a cache whose first 20 positions an earlier step filled,
+// GQA, both head sizes.
+func TestAttnPrefill(t *testing.T) {
+	d := openOrSkip(t)
+	r := rand.New(rand.NewPCG(25, 26))
+	for _, hd := range []int{64, 128} {
+		t.Run(fmt.Sprint(hd), func(t *testing.T) {
+			heads, kvHeads, maxSeq, first, n := 8, 2, 160, 20, 100
+			kvdim := kvHeads * hd
+			K, V := gaussian(r, maxSeq*kvdim), gaussian(r, maxSeq*kvdim)
+			kc, vc := up(t, d, K, 0), up(t, d, V, 0)
+			q := gaussian(r, n*heads*hd)
+			pos := make([]int32, n)
+			for i := range pos {
+				pos[i] = int32(first + i)
+			}
+			qb, pb := up(t, d, q, 0), up(t, d, pos, 0)
+			out := up(t, d, make([]float32, n*heads*hd), 0)
+			scale := float32(1 / math.Sqrt(float64(hd)))
+			run(t, d, func() error { return d.attnPrefill(qb, kc, vc, out, n, heads, kvHeads, hd, maxSeq, pb, scale) })
+			ref := make([]float64, n*heads*hd)
+			for y := 0; y < n; y++ {
+				seen := first + y + 1
+				for h := 0; h < heads; h++ {
+					kh := h / (heads / kvHeads)
+					s := make([]float64, seen)
+					m := math.Inf(-1)
+					for p := range s {
+						for i := 0; i < hd; i++ {
+							s[p] += float64(q[(y*heads+h)*hd+i]) * float64(K[p*kvdim+kh*hd+i])
+						}
+						s[p] *= float64(scale)
+						m = math.Max(m, s[p])
+					}
+					var sum float64
+					for p := range s {
+						s[p] = math.Exp(s[p] - m)
+						sum += s[p]
+					}
+					for i := 0; i < hd; i++ {
+						for p := range s {
+							ref[(y*heads+h)*hd+i] += s[p] / sum * float64(V[p*kvdim+kh*hd+i])
+						}
+					}
+				}
+			}
+			check(t, "attn_prefill", ref, down[float32](t, d, out, n*heads*hd), 1e-5)
+		})
+	}
+}
+
+// TestMatMulBlas checks prefill products through cuBLAS (fp16 weights and
+// activations, fp32 sums) against float64 over the dequantized weights:
+// within 2e-3 (fp16 rounds each input by at most 2^-11 relative). The
+// largest shape is dequantized in two 64 MiB panels.
+func TestMatMulBlas(t *testing.T) {
+	d := openOrSkip(t)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(27, 28))
+	for _, sh := range []struct{ rows, cols, n int }{{130, 2048, 70}, {64, 512, 128}, {17000, 2048, 33}} {
+		w := gaussian(r, sh.rows*sh.cols)
+		x := gaussian(r, sh.n*sh.cols)
+		for _, f := range []quantize.Format{quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1} {
+			t.Run(fmt.Sprintf("%s/%dx%dx%d", f, sh.rows, sh.cols, sh.n), func(t *testing.T) {
+				qt, err := quantize.Quantize(ctx, f, w, sh.rows, sh.cols, quantize.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, err := d.Upload(qt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer d.FreeMatrix(m)
+				y, err := d.MatMulMatrix(m, x, sh.n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s := d.BlasStatus(); !strings.HasPrefix(s, "cuBLAS: ") || strings.HasPrefix(s, "cuBLAS: not") {
+					t.Fatalf("cuBLAS not used: %s", s)
+				}
+				deq := qt.Dequantize()
+				ref := make([]float64, sh.n*sh.rows)
+				for tok := 0; tok < sh.n; tok++ {
+					xr := x[tok*sh.cols : (tok+1)*sh.cols]
+					for i := 0; i < sh.rows; i++ {
+						var s float64
+						for c, wv := range deq[i*sh.cols : (i+1)*sh.cols] {
+							s += float64(wv) * float64(xr[c])
+						}
+						ref[tok*sh.rows+i] = s
+					}
+				}
+				if e := relL2(ref, y); e > 2e-3 {
+					t.Errorf("relative L2 %.3g", e)
+				}
+			})
+		}
+	}
+}
+
+// TestBackendLongPrompt runs an 80-token prompt through models whose heads
+// take attn_prefill (64 and 128 wide) and whose products take cuBLAS, on
+// the GPU and the CPU: logits within 1e-3 (f32: own kernels) or 5e-3
+// (quantized: fp16 GEMM inputs).
+func TestBackendLongPrompt(t *testing.T) {
+	d := openOrSkip(t)
+	hd64 := fixture.Spec{Arch: "LlamaForCausalLM", Hidden: 256, Intermediate: 384, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 96, Seed: 5}
+	hd128 := fixture.Spec{Arch: "LlamaForCausalLM", Hidden: 256, Intermediate: 320, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 128, Vocab: 96, Seed: 6}
+	r := rand.New(rand.NewPCG(29, 30))
+	prompt := make([]int, 80)
+	for i := range prompt {
+		prompt[i] = r.IntN(96)
+	}
+	for _, tc := range []struct {
+		name  string
+		spec  fixture.Spec
+		f     quantize.Format
+		limit float64
+	}{
+		{"hd64-f32", hd64, quantize.F32, 1e-3},
+		{"hd64-q4", hd64, quantize.Q4, 5e-3},
+		{"hd128-q8", hd128, quantize.Q8, 5e-3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := fixtureModel(t, tc.spec, tc.f)
+			ctx := context.Background()
+			cpu, err := m.NewSession(model.SessionOptions{Context: 128, Batch: 128})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gs, _ := newGPUSession(t, d, m, 128, 128)
+			want, err := cpu.ForwardAll(ctx, prompt, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := gs.ForwardAll(ctx, prompt, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e := relL2Of(got.Logits, want.Logits); !(e < tc.limit) {
+				t.Fatalf("prompt logits: relative L2 %.3g, want < %.0e", e, tc.limit)
+			}
+		})
+	}
+}
