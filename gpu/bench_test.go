@@ -9,13 +9,17 @@ import (
 	"lowbit/quantize"
 )
 
-// benchShapes are the linear layers of TinyLlama-1.1B and Llama-2-7B.
+// benchShapes are the decode products of TinyLlama-1.1B, Llama-2-7B and
+// BitNet-2B-4T as the backend runs them: q/k/v and gate/up fused, then
+// o, down and the head.
 var benchShapes = []struct {
 	model      string
 	rows, cols int
 }{
-	{"tinyllama", 2048, 2048}, {"tinyllama", 5632, 2048}, {"tinyllama", 2048, 5632}, {"tinyllama", 32000, 2048},
-	{"llama7b", 4096, 4096}, {"llama7b", 11008, 4096}, {"llama7b", 4096, 11008},
+	{"tinyllama", 2560, 2048}, {"tinyllama", 2048, 2048}, {"tinyllama", 11264, 2048}, {"tinyllama", 2048, 5632},
+	{"tinyllama", 32000, 2048}, {"llama7b", 12288, 4096}, {"llama7b", 4096, 4096}, {"llama7b", 22016, 4096},
+	{"llama7b", 4096, 11008}, {"llama7b", 32000, 4096}, {"bitnet2b", 3840, 2560}, {"bitnet2b", 2560, 2560},
+	{"bitnet2b", 13824, 2560}, {"bitnet2b", 2560, 6912},
 }
 
 // randomTensor builds a tensor of format f with random packed codes and
@@ -69,13 +73,13 @@ func BenchmarkMatVec(b *testing.B) {
 	}
 	sweep := []variant{}
 	for _, f := range []quantize.Format{quantize.F16, quantize.Q8, quantize.Q4, quantize.Q2} {
-		for _, k := range []int{1, 2, 4} {
+		for _, k := range append([]int{matvecPlain}, matvecKernels...) {
 			sweep = append(sweep, variant{fmt.Sprintf("%s-kernel%d", f, k), f, ActFloat, k})
 		}
 	}
 	for _, sh := range benchShapes {
 		vs := variants
-		if sh.rows <= 11008 {
+		if sh.rows < 32000 {
 			vs = append(vs[:len(vs):len(vs)], sweep...)
 		}
 		for _, v := range vs {

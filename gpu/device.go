@@ -13,6 +13,7 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -72,6 +73,12 @@ type Device struct {
 	// Launch parameter slots, reused by every launch (device thread only).
 	argv [maxParams]uint64
 	argp [maxParams]uintptr
+	// pdl says whether launchPDL uses programmatic dependent launch (sm_90
+	// and newer, a driver with cuLaunchKernelEx, LOWBIT_PDL not "off");
+	// pdlCfg and pdlAttr are its launch parameters.
+	pdl     bool
+	pdlCfg  launchConfig
+	pdlAttr launchAttr
 }
 
 // maxParams bounds a kernel's parameter count.
@@ -157,6 +164,7 @@ func (d *Device) init() error {
 		}
 		*a.dst = int(v)
 	}
+	d.pdl = d.major >= 9 && c.fn[fnLaunchKernelEx] != 0 && os.Getenv(pdlEnv) != "off"
 	if d.major < minMajor {
 		return fmt.Errorf("gpu: %s needs sm_80 or newer, found sm_%d%d", d.name, d.major, d.minor)
 	}

@@ -53,8 +53,12 @@ var driverSymbols = [...]string{
 	"cuEventCreate", "cuEventRecord", "cuEventSynchronize", "cuEventElapsedTime", "cuEventDestroy_v2",
 	"cuStreamBeginCapture_v2", "cuStreamEndCapture", "cuGraphInstantiateWithFlags",
 	"cuGraphLaunch", "cuGraphExecDestroy", "cuGraphDestroy", "cuGetErrorName", "cuGetErrorString",
-	"cuDriverGetVersion",
+	"cuDriverGetVersion", "cuOccupancyMaxActiveBlocksPerMultiprocessor",
 }
+
+// optionalSymbols are entry points used when the driver has them
+// (cuLaunchKernelEx: CUDA 11.8 and newer).
+var optionalSymbols = [...]string{"cuLaunchKernelEx"}
 
 // Indices into driver.fn, in driverSymbols' order.
 const (
@@ -97,6 +101,8 @@ const (
 	fnGetErrorName
 	fnGetErrorString
 	fnDriverGetVersion
+	fnOccupancy
+	fnLaunchKernelEx // optional: zero when the driver lacks it
 	numFns
 )
 
@@ -122,6 +128,11 @@ func loadDriver() (*driver, error) {
 			return nil, fmt.Errorf("gpu: libcuda.so.1 has no %s (driver too old?): %v", name, err)
 		}
 		d.fn[i] = p
+	}
+	for i, name := range optionalSymbols {
+		if p, err := purego.Dlsym(lib, name); err == nil {
+			d.fn[len(driverSymbols)+i] = p
+		}
 	}
 	return d, nil
 }

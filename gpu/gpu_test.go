@@ -40,7 +40,10 @@ func TestPTXMatchesSource(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := sourceHash(src)
+		want, err := sourceHash(src)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, arch := range []string{"sm80", "sm90"} {
 			ptx, err := readPTX(f, arch)
 			if err != nil {
@@ -257,7 +260,11 @@ func TestMatVec(t *testing.T) {
 				}
 				// Every kernel variant, and blocks of the fast kernel looping
 				// over several row groups.
-				for _, v := range []struct{ mode, grid int }{{1, 0}, {2, 1}, {4, 3}, {2, 0}, {4, 0}} {
+				variants := []struct{ mode, grid int }{{matvecPlain, 0}, {matvecS2W4, 1}, {matvecS4W4, 3}, {matvecS1W16, 2}}
+				for _, k := range matvecKernels {
+					variants = append(variants, struct{ mode, grid int }{k, 0})
+				}
+				for _, v := range variants {
 					d.do(func() error { d.matvecMode, d.matvecGrid = v.mode, v.grid; return nil })
 					y, err := d.MatVecAct(m, x, ActFloat)
 					d.do(func() error { d.matvecMode, d.matvecGrid = 0, 0; return nil })

@@ -40,6 +40,64 @@ func (d *Device) launch(name string, grid, block dim3, shared int, args ...uint6
 	return d.drv.check(r, "cuLaunchKernel "+name)
 }
 
+// pdlEnv set to "off" launches every kernel fully serialized (to compare).
+const pdlEnv = "LOWBIT_PDL"
+
+// launchConfig is CUlaunchConfig, and launchAttr CUlaunchAttribute, as
+// cuLaunchKernelEx reads them (64-bit layout).
+type launchConfig struct {
+	gridX, gridY, gridZ    uint32
+	blockX, blockY, blockZ uint32
+	shared                 uint32
+	_                      uint32
+	stream                 uintptr
+	attrs                  uintptr
+	numAttrs               uint32
+	_                      uint32
+}
+
+type launchAttr struct {
+	id  uint32
+	_   uint32
+	val [64]byte
+}
+
+// attrProgrammaticSerialization is
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
+const attrProgrammaticSerialization = 6
+
+// launchPDL queues a kernel that waits for its predecessors itself
+// (pdl_wait in kernels/pdl.cuh) with programmatic dependent launch: it may
+// start, and fetch its weights, while the kernel before it finishes. Where
+// the GPU (before sm_90) or driver lacks it, or LOWBIT_PDL=off, it is an
+// ordinary launch (device thread).
+func (d *Device) launchPDL(name string, grid, block dim3, shared int, args ...uint64) error {
+	if !d.pdl {
+		return d.launch(name, grid, block, shared, args...)
+	}
+	f, err := d.function(name)
+	if err != nil {
+		return err
+	}
+	if len(args) > maxParams {
+		return fmt.Errorf("gpu: kernel %s: %d parameters, at most %d", name, len(args), maxParams)
+	}
+	if grid.x == 0 || grid.y == 0 || grid.z == 0 {
+		return nil
+	}
+	for i, a := range args {
+		d.argv[i] = a
+		d.argp[i] = uintptr(unsafe.Pointer(&d.argv[i]))
+	}
+	d.pdlAttr = launchAttr{id: attrProgrammaticSerialization}
+	d.pdlAttr.val[0] = 1 // programmaticStreamSerializationAllowed
+	d.pdlCfg = launchConfig{gridX: grid.x, gridY: grid.y, gridZ: grid.z, blockX: block.x, blockY: block.y,
+		blockZ: block.z, shared: uint32(shared), stream: d.stream,
+		attrs: uintptr(unsafe.Pointer(&d.pdlAttr)), numAttrs: 1}
+	r := d.drv.call(fnLaunchKernelEx, uintptr(unsafe.Pointer(&d.pdlCfg)), f, uintptr(unsafe.Pointer(&d.argp[0])), 0)
+	return d.drv.check(r, "cuLaunchKernelEx "+name)
+}
+
 // setMaxShared lets kernel name use up to n bytes of dynamic shared memory
 // (above the default 48 KiB).
 func (d *Device) setMaxShared(name string, n int) error {
@@ -48,6 +106,22 @@ func (d *Device) setMaxShared(name string, n int) error {
 		return err
 	}
 	return d.drv.check(d.drv.call(fnFuncSetAttribute, f, funcAttrMaxDynShared, uintptr(n)), "cuFuncSetAttribute "+name)
+}
+
+// blocksPerSM is how many blocks of kernel name (threads each, shared
+// bytes of dynamic shared memory) fit on one multiprocessor at once, as
+// the driver computes it from registers, shared memory and threads.
+func (d *Device) blocksPerSM(name string, threads, shared int) (int, error) {
+	f, err := d.function(name)
+	if err != nil {
+		return 0, err
+	}
+	var n int32
+	r := d.drv.call(fnOccupancy, uintptr(unsafe.Pointer(&n)), f, uintptr(threads), uintptr(shared))
+	if err := d.drv.check(r, "cuOccupancyMaxActiveBlocksPerMultiprocessor "+name); err != nil {
+		return 0, err
+	}
+	return max(int(n), 1), nil
 }
 
 // Graph is a captured sequence of kernels, replayed with one launch.

@@ -153,9 +153,9 @@ func chunkBlocks(f quantize.Format) int {
 
 // matvec queues y = W x: x holds Cols floats padded with zeros to whole
 // 32-weight blocks, y Rows floats (device thread). Rows that are 16-byte
-// aligned and hold whole chunks take the fast kernel (x staged in shared
-// memory, a persistent grid, 16-byte loads of weights a chunk ahead);
-// others the plain one.
+// aligned and hold whole chunks take a shared-memory kernel (x staged in
+// shared memory, a persistent grid as large as the GPU holds at once,
+// 16-byte loads of weights a chunk ahead); others the plain one.
 func (d *Device) matvec(m *Matrix, x, y Buffer) error {
 	nb := m.blocks()
 	args := []uint64{argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argF32(m.scale), argBuf(x), argBuf(y),
@@ -163,42 +163,64 @@ func (d *Device) matvec(m *Matrix, x, y Buffer) error {
 	shared := nb * 32 * 4
 	mode := d.matvecMode
 	if mode == 0 {
-		mode = matvecKernel(m.Format, m.Rows, m.Cols)
+		mode = matvecKernel(m.Format, m.Rows)
 	}
-	if cb := chunkBlocks(m.Format); mode != 1 && m.rowBytes%16 == 0 && nb%cb == 0 && shared <= d.maxShared {
-		name := fmt.Sprintf("matvec_%s_s%d", m.Format, mode)
+	if cb := chunkBlocks(m.Format); mode != matvecPlain && m.rowBytes%16 == 0 && nb%cb == 0 && shared <= d.maxShared {
+		rows, warps := mode/100, mode%100
+		name := fmt.Sprintf("matvec_%s_s%dw%d", m.Format, rows, warps)
 		if shared > 48<<10 && d.sharedSet[name] < shared {
 			if err := d.setMaxShared(name, shared); err != nil {
 				return err
 			}
 			d.sharedSet[name] = shared
 		}
-		groups := (m.Rows + 4*mode - 1) / (4 * mode) // 4 warps of mode rows
+		groups := (m.Rows + rows*warps - 1) / (rows * warps)
 		grid := d.matvecGrid
 		if grid == 0 {
-			waves := (groups + 4*d.sms - 1) / (4 * d.sms) // 4 blocks of 128 threads per SM
+			per, err := d.blocksPerSM(name, 32*warps, shared)
+			if err != nil {
+				return err
+			}
+			waves := (groups + per*d.sms - 1) / (per * d.sms)
 			grid = (groups + waves - 1) / waves
 		}
-		return d.launch(name, grid1(min(grid, groups)), grid1(128), shared, args...)
+		return d.launchPDL(name, grid1(min(grid, groups)), grid1(32*warps), shared, args...)
 	}
 	nt := threadsFor(nb)
-	return d.launch(fmt.Sprintf("matvec_%s_%d", m.Format, nt), grid1((m.Rows+3)/4), grid1(nt), 0, args...)
+	return d.launchPDL(fmt.Sprintf("matvec_%s_%d", m.Format, nt), grid1((m.Rows+3)/4), grid1(nt), 0, args...)
 }
 
+// Matrix-vector kernels (Device.matvecMode, matvecKernel): the plain one,
+// or a shared-memory one given as rows a warp * 100 + warps a block.
+const (
+	matvecPlain = 1
+	matvecS4W4  = 404
+	matvecS2W4  = 204
+	matvecS2W8  = 208
+	matvecS1W8  = 108
+	matvecS1W16 = 116
+)
+
+// matvecKernels lists the shared-memory kernels built in matvec.cu.
+var matvecKernels = []int{matvecS4W4, matvecS2W4, matvecS2W8, matvecS1W8, matvecS1W16}
+
 // matvecKernel picks the matvec kernel for a shape, from the kernel sweep
-// of BenchmarkMatVec on the H100 (README.md): the plain kernel (1) for the
-// wide formats (f32, f16, q8), whose 32-weight blocks already give each
-// thread 32 bytes or more, and for short, wide matrices (2048x5632); the
-// shared-memory kernel with 4 rows a warp (4) for the narrow formats.
-func matvecKernel(f quantize.Format, rows, cols int) int {
-	switch f {
-	case quantize.F32, quantize.F16, quantize.Q8:
-		return 1
+// of BenchmarkMatVec on the H100 (BENCHMARKS.md, 2026-11-22): the plain
+// kernel for f32 and f16, whose 32-weight blocks already give each thread
+// 64 bytes or more; for q8 one row a warp and 16 warps a block (72-87% of
+// the copy rate on the 7B shapes); for the narrow formats 4 rows a warp on
+// tall matrices (8192 rows or more) and 2 rows a warp, 8 warps a block, on
+// the others, where fewer rows a warp give more warps to hide latency.
+func matvecKernel(f quantize.Format, rows int) int {
+	switch {
+	case f == quantize.F32 || f == quantize.F16:
+		return matvecPlain
+	case f == quantize.Q8:
+		return matvecS1W16
+	case rows >= 8192:
+		return matvecS4W4
 	}
-	if rows <= 2048 && cols > 4096 {
-		return 1
-	}
-	return 4
+	return matvecS2W8
 }
 
 // quantizeI8 queues the int8 quantization of x[0..n) into q and its scale
@@ -210,7 +232,7 @@ func (d *Device) quantizeI8(x Buffer, n int, q, scale Buffer) error {
 // quantizeI8N quantizes tokens vectors of n (rows of x) in one launch:
 // vector i into q + i*qStride and its scale into scale[i] (device thread).
 func (d *Device) quantizeI8N(x Buffer, n, tokens int, q Buffer, qStride int, scale Buffer) error {
-	return d.launch("quantize_i8", grid1(tokens), grid1(1024), 0, argBuf(x), argInt(n), argBuf(q), argBuf(scale), argInt(qStride))
+	return d.launchPDL("quantize_i8", grid1(tokens), grid1(1024), 0, argBuf(x), argInt(n), argBuf(q), argBuf(scale), argInt(qStride))
 }
 
 // matvecI8 queues y = W q*scale for tq2 (W2A8) and q8 (W8A8) (device thread).
@@ -226,7 +248,7 @@ func (d *Device) matvecI8N(m *Matrix, tokens int, q, scale, y Buffer) error {
 	}
 	nt := threadsFor(m.blocks())
 	name := fmt.Sprintf("matvec_%s_i8_%d", m.Format, nt)
-	return d.launch(name, grid2((m.Rows+3)/4, tokens), grid1(nt), 0,
+	return d.launchPDL(name, grid2((m.Rows+3)/4, tokens), grid1(nt), 0,
 		argBuf(m.data), argBuf(m.scales), argF32(m.scale), argBuf(q), argBuf(scale), argBuf(y),
 		argInt(m.Rows), argInt(m.blocks()), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()))
 }
@@ -234,7 +256,7 @@ func (d *Device) matvecI8N(m *Matrix, tokens int, q, scale, y Buffer) error {
 // binarize queues the sign bits and group means of x[0..n) (device thread).
 func (d *Device) binarize(x Buffer, n, groupSize int, bits, beta Buffer) error {
 	ng := (n + groupSize - 1) / groupSize
-	return d.launch("binarize", grid1(ng), grid1(32), 0, argBuf(x), argInt(n), argInt(groupSize), argBuf(bits), argBuf(beta))
+	return d.launchPDL("binarize", grid1(ng), grid1(32), 0, argBuf(x), argInt(n), argInt(groupSize), argBuf(bits), argBuf(beta))
 }
 
 // matvecBinary queues y = W x for q1 weights and binarized x (device thread).
@@ -243,7 +265,7 @@ func (d *Device) matvecBinary(m *Matrix, bits, beta, y Buffer) error {
 		return fmt.Errorf("gpu: binary activations need q1 weights, not %s", m.Format)
 	}
 	nt := threadsFor(m.blocks())
-	return d.launch(fmt.Sprintf("matvec_q1_bin_%d", nt), grid1((m.Rows+3)/4), grid1(nt), 0,
+	return d.launchPDL(fmt.Sprintf("matvec_q1_bin_%d", nt), grid1((m.Rows+3)/4), grid1(nt), 0,
 		argBuf(m.data), argBuf(m.scales), argBuf(bits), argBuf(beta), argBuf(y),
 		argInt(m.Rows), argInt(m.Cols), argInt(m.blocks()), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()))
 }

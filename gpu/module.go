@@ -91,10 +91,26 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// sourceHash is the sha256 of a kernel source, as the Makefile writes it.
-func sourceHash(src []byte) string {
-	h := sha256.Sum256(src)
-	return hex.EncodeToString(h[:])
+// sourceHash is the sha256 of a kernel source followed by the local
+// headers it includes (`#include "name.cuh"`, in order), as the Makefile
+// writes it: editing a header makes the PTX of its includers stale too.
+func sourceHash(src []byte) (string, error) {
+	h := sha256.New()
+	h.Write(src)
+	for _, line := range strings.Split(string(src), "\n") {
+		rest, ok := strings.CutPrefix(line, `#include "`)
+		end := strings.LastIndexByte(rest, '"')
+		if !ok || end < 0 {
+			continue
+		}
+		name := rest[:end]
+		b, err := kernelFS.ReadFile("kernels/" + name)
+		if err != nil {
+			return "", fmt.Errorf("gpu: kernels/%s: %w", name, err)
+		}
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // loadModules loads the PTX of every kernel family (device thread).

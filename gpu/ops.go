@@ -29,13 +29,13 @@ func normThreads(n int) int {
 
 // rmsnorm queues y = x / rms(x) * (w + wAdd) for rows rows of n (device thread).
 func (d *Device) rmsnorm(x, w, y Buffer, rows, n int, eps, wAdd float32) error {
-	return d.launch("rmsnorm", grid1(rows), grid1(normThreads(n)), 0, argBuf(x), argBuf(w), argBuf(y), argInt(n), argF32(eps), argF32(wAdd))
+	return d.launchPDL("rmsnorm", grid1(rows), grid1(normThreads(n)), 0, argBuf(x), argBuf(w), argBuf(y), argInt(n), argF32(eps), argF32(wAdd))
 }
 
 // addRMSNorm queues x += r, then y = x / rms(x) * (w + wAdd), for rows rows
 // of n (device thread).
 func (d *Device) addRMSNorm(x, r, w, y Buffer, rows, n int, eps, wAdd float32) error {
-	return d.launch("add_rmsnorm", grid1(rows), grid1(normThreads(n)), 0, argBuf(x), argBuf(r), argBuf(w), argBuf(y), argInt(n), argF32(eps), argF32(wAdd))
+	return d.launchPDL("add_rmsnorm", grid1(rows), grid1(normThreads(n)), 0, argBuf(x), argBuf(r), argBuf(w), argBuf(y), argInt(n), argF32(eps), argF32(wAdd))
 }
 
 // rope queues the rotation of n tokens' heads vectors of hd, token i by
@@ -111,5 +111,5 @@ func (d *Device) embed(m *Matrix, n int, tok, out Buffer) error {
 
 // argmax queues out[0] = the index of the largest of x[0..n).
 func (d *Device) argmax(x Buffer, n int, out Buffer) error {
-	return d.launch("argmax", grid1(1), grid1(1024), 0, argBuf(x), argInt(n), argBuf(out))
+	return d.launchPDL("argmax", grid1(1), grid1(1024), 0, argBuf(x), argInt(n), argBuf(out))
 }

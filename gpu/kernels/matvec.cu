@@ -1,5 +1,7 @@
 // matvec.cu: decode matrix-vector products y = W x, one kernel per weight
 // format, plus the activation quantizers (int8 absmax, binary signs).
+// Every kernel here waits for its predecessors with pdl_wait (pdl.cuh), so
+// each may be launched with programmatic dependent launch.
 //
 // Layouts are ARCHITECTURE.md's. A block of the grid owns ROWS rows; its
 // threads stride over the row's 32-weight blocks, so the weight loads of a
@@ -10,6 +12,8 @@
 // exponent of 2^23 (one byte permute), then 2^23 is subtracted.
 #include <cuda_fp16.h>
 #include <stdint.h>
+
+#include "pdl.cuh"
 
 #define ROWS 4
 
@@ -118,6 +122,8 @@ __device__ void matvec(const uint8_t* __restrict__ W, const __half* __restrict__
                        const __half* __restrict__ mins, float tscale, const float* __restrict__ x,
                        float* __restrict__ y, int rows, int nb, int row_bytes, int gb, int ng) {
     __shared__ float red[NT / 32][ROWS];
+    pdl_launch_dependents();
+    pdl_wait();
     const int row0 = blockIdx.x * ROWS;
     float acc[ROWS];
 #pragma unroll
@@ -187,13 +193,13 @@ __device__ __forceinline__ void load_chunk(const uint8_t* p, uint32_t* w) {
 // out so that the 32 lanes of a warp, each on its own chunk, read
 // consecutive 16-byte words (no bank conflicts, and no strided global
 // loads); the grid is persistent, each of its blocks looping over groups
-// of 4*SROWS rows, so x is staged once per block rather than once per
-// rows. Each warp owns SROWS rows over their whole length and reduces with
-// shuffles alone; every lane loads the next chunk of its rows (and their
-// scales) before it uses the current one.
-#define SWARPS 4
-
-template <int FMT, int SROWS>
+// of NW*SROWS rows, so x is staged once per block rather than once per
+// rows. Each of the NW warps owns SROWS rows over their whole length and
+// reduces with shuffles alone; every lane loads the next chunk of its rows
+// (and their scales) before it uses the current one, across row groups
+// too. Few rows a warp and many warps a block suit matrices with few,
+// long rows; the sweep of BenchmarkMatVec picks per shape (matvecKernel).
+template <int FMT, int SROWS, int NW>
 __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
                         const __half* __restrict__ mins, float tscale, const float* __restrict__ x,
                         float* __restrict__ y, int rows, int nb, int row_bytes, int gb, int ng) {
@@ -204,13 +210,13 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     extern __shared__ float4 xsh[];
     const int nch = nb / CB;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int groups = (rows + SROWS * SWARPS - 1) / (SROWS * SWARPS);
+    const int groups = (rows + SROWS * NW - 1) / (SROWS * NW);
     const uint8_t* wp[SROWS];
     size_t sb[SROWS];
     // setup points wp and sb at the rows of group grp; false when the warp
     // has none there.
     auto setup = [&](int grp) {
-        const int row0 = grp * SROWS * SWARPS + warp * SROWS;
+        const int row0 = grp * SROWS * NW + warp * SROWS;
         if (grp >= groups || row0 >= rows) return false;
 #pragma unroll
         for (int r = 0; r < SROWS; r++) {
@@ -234,11 +240,14 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
             }
         }
     };
-    // The first chunk of the first rows is requested before x is staged,
-    // so the two round trips overlap.
+    // The first chunk of the first rows is requested before x is staged
+    // (and, launched with PDL, while the previous kernel still runs), so
+    // the round trips overlap.
+    pdl_launch_dependents();
     int grp = blockIdx.x;
     bool have = setup(grp), loaded = PF && have && lane < nch;
     if (loaded) load_all(lane, nxt, nsc, nmn);
+    pdl_wait();  // x is the previous kernel's output
     // float4 k of block b lives at xsh[k*nb + (b%CB)*nch + b/CB].
     for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
         const int b = i >> 3, k = i & 7;
@@ -248,7 +257,7 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     for (; grp < groups; grp += gridDim.x) {
         if (grp != (int)blockIdx.x) have = setup(grp);
         if (!have) continue;
-        const int row0 = grp * SROWS * SWARPS + warp * SROWS;
+        const int row0 = grp * SROWS * NW + warp * SROWS;
         float acc[SROWS];
 #pragma unroll
         for (int r = 0; r < SROWS; r++) acc[r] = 0.f;
@@ -319,18 +328,16 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
                                                           int ng) {                                          \
         matvec<FMT, NT>(W, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng);                        \
     }
+#define MATVECS(fmt, FMT, R, W)                                                                                \
+    extern "C" __global__ void __launch_bounds__(32 * W)                                                      \
+        matvec_##fmt##_s##R##w##W(const uint8_t* W_, const __half* scales, const __half* mins, float tscale,  \
+                                  const float* x, float* y, int rows, int nb, int row_bytes, int gb, int ng) { \
+        matvecs<FMT, R, W>(W_, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng);                       \
+    }
 #define MATVEC_ALL(fmt, FMT)                                                                                  \
     MATVEC(matvec_##fmt##_32, FMT, 32) MATVEC(matvec_##fmt##_64, FMT, 64) MATVEC(matvec_##fmt##_128, FMT, 128) \
-    extern "C" __global__ void __launch_bounds__(32 * SWARPS)                                                 \
-        matvec_##fmt##_s4(const uint8_t* W, const __half* scales, const __half* mins, float tscale,          \
-                          const float* x, float* y, int rows, int nb, int row_bytes, int gb, int ng) {        \
-        matvecs<FMT, 4>(W, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng);                         \
-    }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(32 * SWARPS)                                                 \
-        matvec_##fmt##_s2(const uint8_t* W, const __half* scales, const __half* mins, float tscale,          \
-                          const float* x, float* y, int rows, int nb, int row_bytes, int gb, int ng) {        \
-        matvecs<FMT, 2>(W, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng);                         \
-    }
+    MATVECS(fmt, FMT, 4, 4) MATVECS(fmt, FMT, 2, 4) MATVECS(fmt, FMT, 2, 8) MATVECS(fmt, FMT, 1, 8)           \
+    MATVECS(fmt, FMT, 1, 16)
 
 MATVEC_ALL(f32, F32)
 MATVEC_ALL(f16, F16)
@@ -348,6 +355,8 @@ extern "C" __global__ void __launch_bounds__(1024) quantize_i8(const float* __re
                                                                int8_t* __restrict__ q, float* __restrict__ scale_out,
                                                                int q_stride) {
     __shared__ float red[32];
+    pdl_launch_dependents();
+    pdl_wait();
     x += (size_t)blockIdx.x * n;
     q += (size_t)blockIdx.x * q_stride;
     scale_out += blockIdx.x;
@@ -379,6 +388,8 @@ __device__ void matvec_i8(const uint8_t* __restrict__ W, const __half* __restric
                           const int8_t* __restrict__ q, const float* __restrict__ xscale, float* __restrict__ y,
                           int rows, int nb, int row_bytes, int gb, int ng) {
     __shared__ float red[NT / 32][ROWS];
+    pdl_launch_dependents();
+    pdl_wait();
     const int row0 = blockIdx.x * ROWS;
     float acc[ROWS];
     int iacc[ROWS];
@@ -445,6 +456,8 @@ MATVEC_I8(matvec_q8_i8_128, Q8, 128)
 // grid = groups; gs is the group size (a multiple of 32).
 extern "C" __global__ void binarize(const float* __restrict__ x, int n, int gs, uint32_t* __restrict__ bits,
                                     float* __restrict__ beta) {
+    pdl_launch_dependents();
+    pdl_wait();
     const int g = blockIdx.x, lane = threadIdx.x;
     float s = 0.f;
     for (int i0 = g * gs; i0 < (g + 1) * gs; i0 += 32) {
@@ -465,6 +478,8 @@ __device__ void matvec_q1_bin(const uint8_t* __restrict__ W, const __half* __res
                               const uint32_t* __restrict__ xb, const float* __restrict__ beta,
                               float* __restrict__ y, int rows, int cols, int nb, int row_bytes, int gb, int ng) {
     __shared__ float red[NT / 32][ROWS];
+    pdl_launch_dependents();
+    pdl_wait();
     const int row0 = blockIdx.x * ROWS;
     float acc[ROWS];
 #pragma unroll

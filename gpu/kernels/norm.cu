@@ -1,11 +1,15 @@
 // norm.cu: the kernels that reduce a whole row: RMSNorm, the residual add
-// fused with RMSNorm, and argmax.
+// fused with RMSNorm, and argmax. Each waits for its predecessors with
+// pdl_wait (pdl.cuh), so it may be launched with programmatic dependent
+// launch.
 //
 // At decode a row is one token, a single block, so these kernels are bound
 // by memory latency, not bandwidth: every thread loads all its elements
 // (16-byte loads, up to NV of them held in registers) before it uses any,
 // so a row costs one round trip to memory instead of one per element.
 #include <stdint.h>
+
+#include "pdl.cuh"
 
 #define NV 4  // float4s a thread keeps in registers
 
@@ -87,6 +91,8 @@ __device__ void norm_row_scalar(float* __restrict__ x, const float* __restrict__
 // norm picks norm_row or norm_row_scalar.
 __device__ __forceinline__ void norm(float* x, const float* r, const float* w, float* y, int n, float eps,
                                      float w_add) {
+    pdl_launch_dependents();
+    pdl_wait();
     const uintptr_t a = (uintptr_t)x | (uintptr_t)r | (uintptr_t)w | (uintptr_t)y;
     if ((n & 3) == 0 && (a & 15) == 0)
         norm_row(x, r, w, y, n, eps, w_add);
@@ -123,6 +129,8 @@ __device__ __forceinline__ bool better(float v, int i, float bv, int bi) { retur
 extern "C" __global__ void __launch_bounds__(1024) argmax(const float* __restrict__ x, int n, int* __restrict__ out) {
     __shared__ float bv[32];
     __shared__ int bi[32];
+    pdl_launch_dependents();
+    pdl_wait();
     float v = -INFINITY;
     int idx = 0x7fffffff;
     const int t = threadIdx.x, nt = blockDim.x;
