@@ -119,6 +119,14 @@ type Fuser interface {
 	Fuse(parts ...Mat) (Mat, bool)
 }
 
+// RopeAttender is implemented by backends that rotate q and k inside the
+// attention of a decode step (one token) instead of in a separate pass.
+type RopeAttender interface {
+	// RopeAttention is Rope of q (Heads heads) and k (KVHeads heads) at
+	// the step's position with invFreq, then Attention, for one token.
+	RopeAttention(out, q, k, v Buf, c KVCache, layer int, a AttnShape, invFreq Mat)
+}
+
 // AddNormer is implemented by backends that fuse the residual add with the
 // RMSNorm that follows it (one pass over the row instead of two kernels).
 type AddNormer interface {

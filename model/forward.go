@@ -346,19 +346,25 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 		}
 		q, k, v := s.q, s.k, s.v
 		if n == 1 && w.qkv != nil && s.qkv != nil {
-			// Decode with fused weights: one product, one rotation of q and k.
+			// Decode with fused weights: one product, one rotation of q and
+			// k (inside the attention where the backend folds it in).
 			kvDim := c.NumKVHeads * c.HeadDim
 			be.MatMul(s.qkv, s.xb, w.qkv, 1)
 			q, k, v = be.View(s.qkv, 0, qDim), be.View(s.qkv, qDim, kvDim), be.View(s.qkv, qDim+kvDim, kvDim)
-			be.Rope(be.View(s.qkv, 0, qDim+kvDim), 1, c.NumHeads+c.NumKVHeads, c.HeadDim, s.invFreq)
+			if ra, ok := be.(RopeAttender); ok {
+				ra.RopeAttention(s.att, q, k, v, s.cache, l, shape, s.invFreq)
+			} else {
+				be.Rope(be.View(s.qkv, 0, qDim+kvDim), 1, c.NumHeads+c.NumKVHeads, c.HeadDim, s.invFreq)
+				be.Attention(s.att, q, k, v, s.cache, l, n, shape)
+			}
 		} else {
 			be.MatMul(q, s.xb, w.wq, n)
 			be.MatMul(k, s.xb, w.wk, n)
 			be.MatMul(v, s.xb, w.wv, n)
 			be.Rope(q, n, c.NumHeads, c.HeadDim, s.invFreq)
 			be.Rope(k, n, c.NumKVHeads, c.HeadDim, s.invFreq)
+			be.Attention(s.att, q, k, v, s.cache, l, n, shape)
 		}
-		be.Attention(s.att, q, k, v, s.cache, l, n, shape)
 		if c.SubNorms {
 			be.RMSNorm(s.att, s.att, w.attnSub, n, qDim, eps, false)
 		}
