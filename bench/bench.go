@@ -18,6 +18,9 @@ type Options struct {
 	Prompt int
 	// Gen is the number of tokens of the tg test (0: no tg test).
 	Gen int
+	// Depth is the number of tokens already in the context when each test
+	// starts (llama-bench's -d): attention then reads that much more cache.
+	Depth int
 	// Reps is the number of timed repetitions of each test (0: 5); one
 	// untimed warm-up run comes first.
 	Reps int
@@ -27,7 +30,7 @@ type Options struct {
 
 // Stat is a speed in tokens per second over repetitions.
 type Stat struct {
-	Test    string    `json:"test"` // "pp512", "tg128"
+	Test    string    `json:"test"` // "pp512", "tg128", "tg128 @ d4096"
 	Tokens  int       `json:"tokens"`
 	Mean    float64   `json:"tokens_per_s"`
 	SD      float64   `json:"sd"`
@@ -65,15 +68,15 @@ func Run(ctx context.Context, m *model.Model, be model.Backend, name string, opt
 	if opts.Reps <= 0 {
 		opts.Reps = 5
 	}
-	if opts.Prompt < 0 || opts.Gen < 0 || opts.Prompt+opts.Gen == 0 {
-		return nil, fmt.Errorf("bench: nothing to measure (-p %d, -n %d)", opts.Prompt, opts.Gen)
+	if opts.Prompt < 0 || opts.Gen < 0 || opts.Depth < 0 || opts.Prompt+opts.Gen == 0 {
+		return nil, fmt.Errorf("bench: nothing to measure (-p %d, -n %d, -d %d)", opts.Prompt, opts.Gen, opts.Depth)
 	}
 	c := m.Config
-	need := max(opts.Prompt, opts.Gen) + 1
+	need := opts.Depth + max(opts.Prompt, opts.Gen) + 1
 	if need > c.MaxPositions {
 		return nil, fmt.Errorf("bench: %d positions exceed the model's %d", need, c.MaxPositions)
 	}
-	batch := min(max(opts.Prompt, 1), 512)
+	batch := min(max(opts.Prompt, opts.Depth, 1), 512)
 	s, err := m.NewSession(model.SessionOptions{Backend: be, Context: need, Batch: batch})
 	if err != nil {
 		return nil, err
@@ -90,13 +93,24 @@ func Run(ctx context.Context, m *model.Model, be model.Backend, name string, opt
 	for i := range prompt {
 		prompt[i] = r.IntN(c.VocabSize)
 	}
-	pp := func() error {
+	depth := make([]int, opts.Depth)
+	for i := range depth {
+		depth[i] = r.IntN(c.VocabSize)
+	}
+	// fill starts a test: an empty context, then the depth tokens (untimed).
+	fill := func() error {
 		s.Reset()
+		if len(depth) == 0 {
+			return nil
+		}
+		_, err := s.NextGreedy(ctx, depth)
+		return err
+	}
+	pp := func() error {
 		_, err := s.NextGreedy(ctx, prompt)
 		return err
 	}
 	tg := func(n int) error {
-		s.Reset()
 		tok := c.BOS
 		for i := 0; i < n; i++ {
 			var err error
@@ -108,19 +122,32 @@ func Run(ctx context.Context, m *model.Model, be model.Backend, name string, opt
 	}
 	// Warm-up: kernels loaded, lazy buffers made, the decode graph captured.
 	if opts.Prompt > 0 {
+		if err := fill(); err != nil {
+			return nil, err
+		}
 		if err := pp(); err != nil {
 			return nil, err
 		}
 	}
 	if opts.Gen > 0 {
+		if err := fill(); err != nil {
+			return nil, err
+		}
 		if err := tg(min(opts.Gen, 4)); err != nil {
 			return nil, err
 		}
 	}
+	at := ""
+	if opts.Depth > 0 {
+		at = fmt.Sprintf(" @ d%d", opts.Depth)
+	}
 	timeTest := func(test string, tokens int, fn func() error) error {
-		st := &Stat{Test: test, Tokens: tokens}
+		st := &Stat{Test: test + at, Tokens: tokens}
 		for i := 0; i < opts.Reps; i++ {
 			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := fill(); err != nil {
 				return err
 			}
 			t0 := time.Now()

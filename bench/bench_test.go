@@ -101,4 +101,16 @@ func TestRunCPU(t *testing.T) {
 	if _, err := Run(ctx, m, nil, "fixture", Options{}); err == nil {
 		t.Fatal("nothing to measure accepted")
 	}
+	// At a depth the tests are named as llama-bench names them and run
+	// after that many tokens; a depth beyond the model's context is refused.
+	res, err = Run(ctx, m, nil, "fixture", Options{Prompt: 4, Gen: 4, Depth: 20, Reps: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Tests) != 2 || res.Tests[0].Test != "pp4 @ d20" || res.Tests[1].Test != "tg4 @ d20" {
+		t.Fatalf("tests at depth %+v", res.Tests)
+	}
+	if _, err := Run(ctx, m, nil, "fixture", Options{Gen: 4, Depth: m.Config.MaxPositions}); err == nil {
+		t.Fatal("depth beyond the context accepted")
+	}
 }

@@ -68,6 +68,13 @@ type gpuCache struct {
 	all       Buffer
 	positions int
 	kvDim     int
+	// dec is the decode attention's plan for this cache (made on first
+	// use; nil with decErr when attn_decode does not take the layout);
+	// rope its rotation table (ropeTable) for the cache's positions.
+	dec    *attnDecode
+	decErr error
+	tried  bool
+	rope   Buffer
 }
 
 // stepGraph is a decode step: run directly once (lazy preparations happen
@@ -379,14 +386,23 @@ func (b *Backend) Rope(x model.Buf, n, heads, headDim int, invFreq model.Mat) {
 	b.op("rope", func() error { return b.d.rope(xb, n, heads, headDim, b.pos, f) })
 }
 
-// Attention implements model.Backend. Sliding windows are not supported
-// on the GPU yet: a sequence longer than the window is an error.
+// Attention implements model.Backend: one token through attn_decode
+// (split over the sequence), a prompt through attn_prefill (flash style)
+// where its head size is built, else the general kernel, which has no
+// sliding window.
 func (b *Backend) Attention(out, q, k, v model.Buf, kc model.KVCache, layer, n int, a model.AttnShape) {
+	b.attend(out, q, k, v, kc, layer, n, a, nil)
+}
+
+// RopeAttention implements model.RopeAttender: at decode the rotation of q
+// and k happens inside attn_decode.
+func (b *Backend) RopeAttention(out, q, k, v model.Buf, kc model.KVCache, layer int, a model.AttnShape, invFreq model.Mat) {
+	b.attend(out, q, k, v, kc, layer, 1, a, invFreq.(*gpuMat))
+}
+
+// attend queues attention, rotating q and k first when rope is set.
+func (b *Backend) attend(out, q, k, v model.Buf, kc model.KVCache, layer, n int, a model.AttnShape, rope *gpuMat) {
 	c := kc.(*gpuCache)
-	if a.Window > 0 && b.first+n > a.Window {
-		b.fail(fmt.Errorf("gpu: attention: sliding window of %d positions is not supported on the GPU (position %d)", a.Window, b.first+n))
-		return
-	}
 	if b.first+n > c.positions {
 		b.fail(fmt.Errorf("gpu: attention: position %d beyond the cache's %d", b.first+n, c.positions))
 		return
@@ -394,14 +410,48 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.KVCache, layer, n i
 	kvd := a.KVHeads * a.HeadDim
 	ob, qb, kb, vb := out.(gpuBuf).b, q.(gpuBuf).b, k.(gpuBuf).b, v.(gpuBuf).b
 	b.op("attention", func() error {
+		if n == 1 {
+			if !c.tried {
+				c.tried = true
+				c.dec, c.decErr = b.d.newAttnDecode(a.Heads, a.KVHeads, a.HeadDim, c.positions, a.Window)
+			}
+			if c.dec != nil && rope != nil && c.rope.ptr == 0 && rope.w != nil && len(rope.w.F32) == a.HeadDim/2 {
+				var err error
+				c.rope, err = b.d.uploadNew(bytesOf(ropeTable(rope.w.F32, c.positions)), 0, MemKV)
+				if err != nil {
+					return err
+				}
+			}
+			if c.dec != nil && (rope == nil || c.rope.ptr != 0) {
+				var cs Buffer
+				if rope != nil {
+					cs = c.rope
+				}
+				return c.dec.launch(b.d, qb, kb, vb, c.k[layer], c.v[layer], ob, a.Heads, a.KVHeads, b.pos, a.Scale, cs, a.Window)
+			}
+		}
+		if rope != nil {
+			if err := b.d.rope(qb, 1, a.Heads, a.HeadDim, b.pos, rope.m.data); err != nil {
+				return err
+			}
+			if err := b.d.rope(kb, 1, a.KVHeads, a.HeadDim, b.pos, rope.m.data); err != nil {
+				return err
+			}
+		}
+		if n > 1 && hasAttnPrefill(a.HeadDim) {
+			if err := b.d.kvStore(kb, vb, c.k[layer], c.v[layer], n, kvd, b.pos); err != nil {
+				return err
+			}
+			return b.d.attnPrefill(qb, c.k[layer], c.v[layer], ob, n, a.Heads, a.KVHeads, a.HeadDim, c.positions, b.pos, a.Scale, a.Window)
+		}
+		if a.Window > 0 && b.first+n > a.Window {
+			return fmt.Errorf("gpu: attention: sliding window of %d positions with head size %d is not supported on the GPU (position %d; %v)", a.Window, a.HeadDim, b.first+n, c.decErr)
+		}
 		if n == 1 { // the kernel stores k and v itself
 			return b.d.attention(qb, c.k[layer], c.v[layer], ob, 1, a.Heads, a.KVHeads, a.HeadDim, c.positions, b.pos, a.Scale, kb, vb)
 		}
 		if err := b.d.kvStore(kb, vb, c.k[layer], c.v[layer], n, kvd, b.pos); err != nil {
 			return err
-		}
-		if a.Window == 0 && hasAttnPrefill(a.HeadDim) {
-			return b.d.attnPrefill(qb, c.k[layer], c.v[layer], ob, n, a.Heads, a.KVHeads, a.HeadDim, c.positions, b.pos, a.Scale)
 		}
 		return b.d.attention(qb, c.k[layer], c.v[layer], ob, n, a.Heads, a.KVHeads, a.HeadDim, c.positions, b.pos, a.Scale, Buffer{}, Buffer{})
 	})
@@ -409,19 +459,44 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.KVCache, layer, n i
 
 // GLU implements model.Backend.
 func (b *Backend) GLU(dst, gate, up model.Buf, n int, act string) {
-	var g GLU
-	switch act {
-	case "silu":
-		g = SwiGLU
-	case "gelu_tanh":
-		g = GeGLU
-	case "relu2":
-		g = ReLU2GLU
-	default:
-		b.fail(fmt.Errorf("gpu: activation %q is not supported", act))
+	g, err := gluOf(act)
+	if err != nil {
+		b.fail(err)
 		return
 	}
 	b.op("glu", func() error { return b.d.glu(gate.(gpuBuf).b, up.(gpuBuf).b, dst.(gpuBuf).b, n, g) })
+}
+
+// GLUMatMul implements model.GLUMatMuler: the shared-memory matvec kernels
+// stage act(gate) * up instead of x. Weights they do not take (the plain
+// kernel's formats, tq2's int8 activations) report false.
+func (b *Backend) GLUMatMul(dst, gate, up model.Buf, w model.Mat, act string) bool {
+	g, err := gluOf(act)
+	m := w.(*gpuMat).m
+	if err != nil || b.err != nil || m.Format == quantize.TQ2 {
+		return false
+	}
+	ok := false
+	b.op("matmul "+string(m.Format)+" gated", func() error {
+		if ok = b.d.canMatvecGLU(m); !ok {
+			return nil
+		}
+		return b.d.matvecGLU(m, gate.(gpuBuf).b, up.(gpuBuf).b, g, dst.(gpuBuf).b)
+	})
+	return ok
+}
+
+// gluOf maps the model's activation name to the kernels' code.
+func gluOf(act string) (GLU, error) {
+	switch act {
+	case "silu":
+		return SwiGLU, nil
+	case "gelu_tanh":
+		return GeGLU, nil
+	case "relu2":
+		return ReLU2GLU, nil
+	}
+	return 0, fmt.Errorf("gpu: activation %q is not supported", act)
 }
 
 // Add implements model.Backend.

@@ -157,6 +157,37 @@ func chunkBlocks(f quantize.Format) int {
 // shared memory, a persistent grid as large as the GPU holds at once,
 // 16-byte loads of weights a chunk ahead); others the plain one.
 func (d *Device) matvec(m *Matrix, x, y Buffer) error {
+	return d.matvecAct(m, x, Buffer{}, -1, y)
+}
+
+// matvecGLU queues y = W (act(g) * u), the gated activation applied while
+// x is staged (device thread). It needs the shared-memory kernel:
+// canMatvecGLU says whether m takes it.
+func (d *Device) matvecGLU(m *Matrix, g, u Buffer, act GLU, y Buffer) error {
+	if !d.canMatvecGLU(m) {
+		return fmt.Errorf("gpu: %s %dx%d: no gated matvec kernel", m.Format, m.Rows, m.Cols)
+	}
+	return d.matvecAct(m, g, u, int(act), y)
+}
+
+// canMatvecGLU says whether matvecGLU takes m (device thread).
+func (d *Device) canMatvecGLU(m *Matrix) bool {
+	mode := d.matvecMode
+	if mode == 0 {
+		mode = matvecKernel(m.Format, m.Rows)
+	}
+	return mode != matvecPlain && d.sharedKernel(m)
+}
+
+// sharedKernel says whether m's rows suit the shared-memory kernels:
+// 16-byte aligned, whole chunks, x fitting in shared memory.
+func (d *Device) sharedKernel(m *Matrix) bool {
+	return m.rowBytes%16 == 0 && m.blocks()%chunkBlocks(m.Format) == 0 && m.blocks()*32*4 <= d.maxShared
+}
+
+// matvecAct is matvec, with the gated activation act (a GLU, or -1 for
+// none) of x and x2 when act >= 0 (device thread).
+func (d *Device) matvecAct(m *Matrix, x, x2 Buffer, act int, y Buffer) error {
 	nb := m.blocks()
 	args := []uint64{argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argF32(m.scale), argBuf(x), argBuf(y),
 		argInt(m.Rows), argInt(nb), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups())}
@@ -165,7 +196,7 @@ func (d *Device) matvec(m *Matrix, x, y Buffer) error {
 	if mode == 0 {
 		mode = matvecKernel(m.Format, m.Rows)
 	}
-	if cb := chunkBlocks(m.Format); mode != matvecPlain && m.rowBytes%16 == 0 && nb%cb == 0 && shared <= d.maxShared {
+	if mode != matvecPlain && d.sharedKernel(m) {
 		rows, warps := mode/100, mode%100
 		name := fmt.Sprintf("matvec_%s_s%dw%d", m.Format, rows, warps)
 		if shared > 48<<10 && d.sharedSet[name] < shared {
@@ -184,7 +215,11 @@ func (d *Device) matvec(m *Matrix, x, y Buffer) error {
 			waves := (groups + per*d.sms - 1) / (per * d.sms)
 			grid = (groups + waves - 1) / waves
 		}
+		args = append(args, argBuf(x2), argInt(act), argInt(m.Cols))
 		return d.launchPDL(name, grid1(min(grid, groups)), grid1(32*warps), shared, args...)
+	}
+	if act >= 0 {
+		return fmt.Errorf("gpu: %s %dx%d: no gated matvec kernel", m.Format, m.Rows, m.Cols)
 	}
 	nt := threadsFor(nb)
 	return d.launchPDL(fmt.Sprintf("matvec_%s_%d", m.Format, nt), grid1((m.Rows+3)/4), grid1(nt), 0, args...)

@@ -88,53 +88,70 @@ func TestArgmaxOffsets(t *testing.T) {
 // TestAttnPrefill checks the flash-style prompt attention against float64:
 // 100 queries (two query tiles, the second partly empty) at positions
 // 20..119 over a cache whose first 20 positions an earlier step filled,
-// GQA, both head sizes.
+// GQA, both head sizes, with and without a sliding window.
 func TestAttnPrefill(t *testing.T) {
 	d := openOrSkip(t)
 	r := rand.New(rand.NewPCG(25, 26))
 	for _, hd := range []int{64, 128} {
-		t.Run(fmt.Sprint(hd), func(t *testing.T) {
-			heads, kvHeads, maxSeq, first, n := 8, 2, 160, 20, 100
-			kvdim := kvHeads * hd
-			K, V := gaussian(r, maxSeq*kvdim), gaussian(r, maxSeq*kvdim)
-			kc, vc := up(t, d, K, 0), up(t, d, V, 0)
-			q := gaussian(r, n*heads*hd)
-			pos := make([]int32, n)
-			for i := range pos {
-				pos[i] = int32(first + i)
-			}
-			qb, pb := up(t, d, q, 0), up(t, d, pos, 0)
-			out := up(t, d, make([]float32, n*heads*hd), 0)
-			scale := float32(1 / math.Sqrt(float64(hd)))
-			run(t, d, func() error { return d.attnPrefill(qb, kc, vc, out, n, heads, kvHeads, hd, maxSeq, pb, scale) })
-			ref := make([]float64, n*heads*hd)
-			for y := 0; y < n; y++ {
-				seen := first + y + 1
-				for h := 0; h < heads; h++ {
-					kh := h / (heads / kvHeads)
-					s := make([]float64, seen)
-					m := math.Inf(-1)
-					for p := range s {
-						for i := 0; i < hd; i++ {
-							s[p] += float64(q[(y*heads+h)*hd+i]) * float64(K[p*kvdim+kh*hd+i])
-						}
-						s[p] *= float64(scale)
-						m = math.Max(m, s[p])
+		for _, window := range []int{0, 30} {
+			t.Run(fmt.Sprintf("hd%d/window%d", hd, window), func(t *testing.T) {
+				heads, kvHeads, maxSeq, first, n := 8, 2, 160, 20, 100
+				kvdim := kvHeads * hd
+				K, V := gaussian(r, maxSeq*kvdim), gaussian(r, maxSeq*kvdim)
+				kc, vc := up(t, d, K, 0), up(t, d, V, 0)
+				q := gaussian(r, n*heads*hd)
+				pos := make([]int32, n)
+				for i := range pos {
+					pos[i] = int32(first + i)
+				}
+				qb, pb := up(t, d, q, 0), up(t, d, pos, 0)
+				out := up(t, d, make([]float32, n*heads*hd), 0)
+				scale := float32(1 / math.Sqrt(float64(hd)))
+				run(t, d, func() error {
+					return d.attnPrefill(qb, kc, vc, out, n, heads, kvHeads, hd, maxSeq, pb, scale, window)
+				})
+				ref := make([]float64, n*heads*hd)
+				for y := 0; y < n; y++ {
+					p := first + y
+					from := 0
+					if window > 0 {
+						from = max(0, p-window+1)
 					}
-					var sum float64
-					for p := range s {
-						s[p] = math.Exp(s[p] - m)
-						sum += s[p]
-					}
-					for i := 0; i < hd; i++ {
-						for p := range s {
-							ref[(y*heads+h)*hd+i] += s[p] / sum * float64(V[p*kvdim+kh*hd+i])
-						}
+					for h := 0; h < heads; h++ {
+						attendRef(ref[(y*heads+h)*hd:(y*heads+h+1)*hd], q[(y*heads+h)*hd:], K, V, kvdim, (h/(heads/kvHeads))*hd, from, p, scale)
 					}
 				}
-			}
-			check(t, "attn_prefill", ref, down[float32](t, d, out, n*heads*hd), 1e-5)
-		})
+				check(t, "attn_prefill", ref, down[float32](t, d, out, n*heads*hd), 1e-5)
+			})
+		}
+	}
+}
+
+// attendRef adds to dst (one head's output) softmax(q·k * scale) v over
+// cache positions from..to, the head's keys and values at offset off of
+// rows of kvdim, in float64.
+func attendRef(dst []float64, q, K, V []float32, kvdim, off, from, to int, scale float32) {
+	hd := len(dst)
+	s := make([]float64, to-from+1)
+	m := math.Inf(-1)
+	for i := range s {
+		row := (from + i) * kvdim
+		for j := 0; j < hd; j++ {
+			s[i] += float64(q[j]) * float64(K[row+off+j])
+		}
+		s[i] *= float64(scale)
+		m = math.Max(m, s[i])
+	}
+	var sum float64
+	for i := range s {
+		s[i] = math.Exp(s[i] - m)
+		sum += s[i]
+	}
+	for i := range s {
+		row := (from + i) * kvdim
+		for j := 0; j < hd; j++ {
+			dst[j] += s[i] / sum * float64(V[row+off+j])
+		}
 	}
 }
 
@@ -230,5 +247,81 @@ func TestBackendLongPrompt(t *testing.T) {
 				t.Fatalf("prompt logits: relative L2 %.3g, want < %.0e", e, tc.limit)
 			}
 		})
+	}
+}
+
+// TestAttnDecode checks the decode attention against float64 for the head
+// layouts of real models (TinyLlama's 8 query heads a kv head, plain
+// multi-head, BitNet's 4, Gemma's 256-wide heads, a group of 3), with the
+// rotation folded in or not, with and without a sliding window, at two
+// positions in a row (the split's counters reset themselves), and checks
+// that the step's rotated key and value land in the caches.
+func TestAttnDecode(t *testing.T) {
+	d := openOrSkip(t)
+	r := rand.New(rand.NewPCG(31, 32))
+	for _, l := range []struct{ hd, heads, kvHeads int }{{64, 32, 4}, {128, 8, 8}, {128, 20, 5}, {256, 8, 1}, {64, 12, 4}} {
+		for _, window := range []int{0, 50} {
+			for _, rope := range []bool{false, true} {
+				t.Run(fmt.Sprintf("hd%d-%dx%d/window%d/rope=%v", l.hd, l.heads, l.kvHeads, window, rope), func(t *testing.T) {
+					hd, heads, kvHeads, maxSeq := l.hd, l.heads, l.kvHeads, 300
+					kvdim := kvHeads * hd
+					K, V := gaussian(r, maxSeq*kvdim), gaussian(r, maxSeq*kvdim)
+					kc, vc := up(t, d, K, 0), up(t, d, V, 0)
+					inv := make([]float32, hd/2)
+					for i := range inv {
+						inv[i] = float32(math.Pow(10000, -2*float64(i)/float64(hd)))
+					}
+					var a *attnDecode
+					if err := d.do(func() (err error) { a, err = d.newAttnDecode(heads, kvHeads, hd, maxSeq, window); return err }); err != nil {
+						t.Fatal(err)
+					}
+					cs := up(t, d, ropeTable(inv, maxSeq), 0)
+					scale := float32(1 / math.Sqrt(float64(hd)))
+					for _, p := range []int{257, 31} {
+						q, kcur, vcur := gaussian(r, heads*hd), gaussian(r, kvdim), gaussian(r, kvdim)
+						qb, kb, vb := up(t, d, q, 0), up(t, d, kcur, 0), up(t, d, vcur, 0)
+						pb := up(t, d, []int32{int32(p)}, 0)
+						out := up(t, d, make([]float32, heads*hd), 0)
+						var f Buffer
+						if rope {
+							f = cs
+							rotate(q, hd, p, inv)
+							rotate(kcur, hd, p, inv)
+						}
+						run(t, d, func() error {
+							return a.launch(d, qb, kb, vb, kc, vc, out, heads, kvHeads, pb, scale, f, window)
+						})
+						copy(K[p*kvdim:], kcur)
+						copy(V[p*kvdim:], vcur)
+						from := 0
+						if window > 0 {
+							from = max(0, p-window+1)
+						}
+						ref := make([]float64, heads*hd)
+						for h := 0; h < heads; h++ {
+							attendRef(ref[h*hd:(h+1)*hd], q[h*hd:], K, V, kvdim, (h/(heads/kvHeads))*hd, from, p, scale)
+						}
+						check(t, fmt.Sprintf("position %d", p), ref, down[float32](t, d, out, heads*hd), 1e-5)
+						check(t, "cached k", f64(kcur), down[float32](t, d, kc, maxSeq*kvdim)[p*kvdim:(p+1)*kvdim], 1e-6)
+						check(t, "cached v", f64(vcur), down[float32](t, d, vc, maxSeq*kvdim)[p*kvdim:(p+1)*kvdim], 0)
+					}
+				})
+			}
+		}
+	}
+}
+
+// rotate applies the rotary embedding (HF rotate half) at position p to
+// every head of x in place, as the CPU backend does.
+func rotate(x []float32, hd, p int, inv []float32) {
+	half := hd / 2
+	for h := 0; h+hd <= len(x); h += hd {
+		for j := 0; j < half; j++ {
+			a := float64(float32(p) * inv[j])
+			c, s := float32(math.Cos(a)), float32(math.Sin(a))
+			x0, x1 := x[h+j], x[h+j+half]
+			x[h+j] = x0*c - x1*s
+			x[h+j+half] = x1*c + x0*s
+		}
 	}
 }

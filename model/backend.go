@@ -127,6 +127,16 @@ type RopeAttender interface {
 	RopeAttention(out, q, k, v Buf, c KVCache, layer int, a AttnShape, invFreq Mat)
 }
 
+// GLUMatMuler is implemented by backends that apply the gated activation
+// while reading the down projection's input, one pass instead of two, for
+// one token.
+type GLUMatMuler interface {
+	// GLUMatMul computes dst = w (act(gate) * up) for one token and
+	// reports true, or queues nothing and reports false where it cannot
+	// for this weight.
+	GLUMatMul(dst, gate, up Buf, w Mat, act string) bool
+}
+
 // AddNormer is implemented by backends that fuse the residual add with the
 // RMSNorm that follows it (one pass over the row instead of two kernels).
 type AddNormer interface {

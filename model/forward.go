@@ -381,11 +381,15 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 			be.MatMul(gate, s.xb, w.gate, n)
 			be.MatMul(up, s.xb, w.up, n)
 		}
-		be.GLU(gate, gate, up, n*ffn, c.Activation)
-		if c.SubNorms {
-			be.RMSNorm(gate, gate, w.ffnSub, n, ffn, eps, false)
+		if gm, ok := be.(GLUMatMuler); ok && n == 1 && !c.SubNorms && gm.GLUMatMul(s.xb2, gate, up, w.down, c.Activation) {
+			// act(gate) * up computed while the down projection reads it
+		} else {
+			be.GLU(gate, gate, up, n*ffn, c.Activation)
+			if c.SubNorms {
+				be.RMSNorm(gate, gate, w.ffnSub, n, ffn, eps, false)
+			}
+			be.MatMul(s.xb2, gate, w.down, n)
 		}
-		be.MatMul(s.xb2, gate, w.down, n)
 		if l+1 < len(s.layers) {
 			addNorm(s.layers[l+1].attnNorm)
 			normed = true

@@ -14,6 +14,7 @@ import (
 // benchFlags are lowbit bench's options.
 type benchFlags struct {
 	prompt, gen, reps int
+	depth             int
 	shapes, bits      []string
 	device            string
 	asJSON, quiet     bool
@@ -45,6 +46,7 @@ Both take comma-separated lists.`,
 	fl := cmd.Flags()
 	fl.IntVarP(&f.prompt, "prompt", "p", 512, "prompt tokens of the pp test (0: none)")
 	fl.IntVarP(&f.gen, "n-gen", "n", 128, "generated tokens of the tg test (0: none)")
+	fl.IntVarP(&f.depth, "depth", "d", 0, "tokens already in the context when each test starts")
 	fl.IntVarP(&f.reps, "repetitions", "r", 5, "timed repetitions of each test")
 	fl.StringSliceVar(&f.shapes, "shape", nil, "random model of this shape instead of a model: "+strings.Join(bench.Shapes(), ", "))
 	fl.StringSliceVar(&f.bits, "bits", []string{"4"}, "format of a --shape model: 1, 2, 4, 8 or tq2")
@@ -108,7 +110,7 @@ func runBench(cmd *cobra.Command, args []string, f benchFlags) error {
 		if err != nil {
 			return err
 		}
-		res, err := bench.Run(ctx, m, be, j.name, bench.Options{Prompt: f.prompt, Gen: f.gen, Reps: f.reps, Progress: progress})
+		res, err := bench.Run(ctx, m, be, j.name, bench.Options{Prompt: f.prompt, Gen: f.gen, Depth: f.depth, Reps: f.reps, Progress: progress})
 		release()
 		if err != nil {
 			return fmt.Errorf("bench %s: %w", j.name, err)

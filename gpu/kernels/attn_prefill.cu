@@ -15,13 +15,13 @@
 
 // attn_prefill: q and out are [n, heads, hd]; kc and vc the layer's cache
 // [max_seq, kv_heads*hd], already holding this step's keys and values;
-// query y sits at position pos[y] and sees positions 0..pos[y]. Query head
-// h reads kv head h / (heads / kv_heads). Grid: (heads, ceil(n/QT));
-// block: 4*QT threads.
+// query y sits at position pos[y] and sees positions 0..pos[y] (window > 0:
+// only the last window of them). Query head h reads kv head
+// h / (heads / kv_heads). Grid: (heads, ceil(n/QT)); block: 4*QT threads.
 template <int HD>
 __device__ void attn_prefill(const float* __restrict__ q, const float* __restrict__ kc,
                              const float* __restrict__ vc, float* __restrict__ out, int n, int heads,
-                             int kv_heads, int max_seq, const int* __restrict__ pos, float scale) {
+                             int kv_heads, int max_seq, const int* __restrict__ pos, float scale, int window) {
     constexpr int NF = HD / 16;  // float4s of q (and of the output) a thread holds
     __shared__ float4 ks[KT][HD / 4], vs[KT][HD / 4];
     const int t = threadIdx.x, s = t & 3, qi = t >> 2;
@@ -30,6 +30,8 @@ __device__ void attn_prefill(const float* __restrict__ q, const float* __restric
     const bool valid = y < n;
     const int p = valid ? pos[y] : -1;
     const int last = pos[min(blockIdx.y * QT + QT - 1, n - 1)];
+    const int from = window > 0 ? p - window + 1 : 0;  // this query's first visible position
+    const int start = window > 0 ? max(0, pos[blockIdx.y * QT] - window + 1) / KT * KT : 0;
 
     float4 qv[NF], acc[NF];
     const float4* q4 = reinterpret_cast<const float4*>(q + ((size_t)(valid ? y : 0) * heads + h) * HD);
@@ -41,7 +43,7 @@ __device__ void attn_prefill(const float* __restrict__ q, const float* __restric
     }
     float m = -INFINITY, l = 0.f;
 
-    for (int k0 = 0; k0 <= last; k0 += KT) {
+    for (int k0 = start; k0 <= last; k0 += KT) {
         __syncthreads();
         for (int i = t; i < KT * HD / 4; i += blockDim.x) {
             const int j = i / (HD / 4), c = i % (HD / 4), r = k0 + j;
@@ -62,7 +64,7 @@ __device__ void attn_prefill(const float* __restrict__ q, const float* __restric
             }
             d += __shfl_xor_sync(0xffffffffu, d, 1);
             d += __shfl_xor_sync(0xffffffffu, d, 2);
-            sc[j] = k0 + j <= p ? d : -INFINITY;
+            sc[j] = k0 + j <= p && k0 + j >= from ? d : -INFINITY;
             mt = fmaxf(mt, sc[j]);
         }
         const float mn = fmaxf(m, mt);
@@ -93,8 +95,8 @@ __device__ void attn_prefill(const float* __restrict__ q, const float* __restric
 #define ATTN_PREFILL(HD)                                                                                        \
     extern "C" __global__ void __launch_bounds__(4 * QT)                                                       \
         attn_prefill_##HD(const float* q, const float* kc, const float* vc, float* out, int n, int heads,     \
-                          int kv_heads, int max_seq, const int* pos, float scale) {                            \
-        attn_prefill<HD>(q, kc, vc, out, n, heads, kv_heads, max_seq, pos, scale);                            \
+                          int kv_heads, int max_seq, const int* pos, float scale, int window) {                \
+        attn_prefill<HD>(q, kc, vc, out, n, heads, kv_heads, max_seq, pos, scale, window);                    \
     }
 ATTN_PREFILL(64)
 ATTN_PREFILL(128)

@@ -13,6 +13,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "act.cuh"
 #include "pdl.cuh"
 
 #define ROWS 4
@@ -197,12 +198,19 @@ __device__ __forceinline__ void load_chunk(const uint8_t* p, uint32_t* w) {
 // rows. Each of the NW warps owns SROWS rows over their whole length and
 // reduces with shuffles alone; every lane loads the next chunk of its rows
 // (and their scales) before it uses the current one, across row groups
-// too. Few rows a warp and many warps a block suit matrices with few,
+// too, and the first before the kernel waits for x (with PDL, while the
+// previous kernel still runs).
+// Few rows a warp and many warps a block suit matrices with few,
 // long rows; the sweep of BenchmarkMatVec picks per shape (matvecKernel).
+//
+// With act >= 0 the kernel stages act(x) * x2 (act.cuh) instead of x: the
+// gated MLP's activation folded into the down projection; cols values are
+// real, the rest of the last block zero.
 template <int FMT, int SROWS, int NW>
 __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
                         const __half* __restrict__ mins, float tscale, const float* __restrict__ x,
-                        float* __restrict__ y, int rows, int nb, int row_bytes, int gb, int ng) {
+                        float* __restrict__ y, int rows, int nb, int row_bytes, int gb, int ng,
+                        const float* __restrict__ x2, int act, int cols) {
     constexpr int CB = chunk_blocks<FMT>(), U = chunk_u4<FMT>(), BW = 4 * U / CB;
     constexpr bool PF = U <= 2;
     constexpr bool SC = FMT == Q8 || FMT == Q4 || FMT == Q2 || FMT == Q1;
@@ -243,7 +251,6 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     // The first chunk of the first rows is requested before x is staged
     // (and, launched with PDL, while the previous kernel still runs), so
     // the round trips overlap.
-    pdl_launch_dependents();
     int grp = blockIdx.x;
     bool have = setup(grp), loaded = PF && have && lane < nch;
     if (loaded) load_all(lane, nxt, nsc, nmn);
@@ -251,7 +258,16 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     // float4 k of block b lives at xsh[k*nb + (b%CB)*nch + b/CB].
     for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
         const int b = i >> 3, k = i & 7;
-        xsh[k * nb + (b % CB) * nch + b / CB] = __ldg(reinterpret_cast<const float4*>(x) + i);
+        float4 v = reinterpret_cast<const float4*>(x)[i];
+        if (act >= 0) {
+            const float4 u = reinterpret_cast<const float4*>(x2)[i];
+            const int c = 4 * i;
+            v.x = c < cols ? glu_act(v.x, u.x, act) : 0.f;
+            v.y = c + 1 < cols ? glu_act(v.y, u.y, act) : 0.f;
+            v.z = c + 2 < cols ? glu_act(v.z, u.z, act) : 0.f;
+            v.w = c + 3 < cols ? glu_act(v.w, u.w, act) : 0.f;
+        }
+        xsh[k * nb + (b % CB) * nch + b / CB] = v;
     }
     __syncthreads();
     for (; grp < groups; grp += gridDim.x) {
@@ -310,6 +326,8 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
                 }
             }
         }
+        // The block's last rows: let the next kernel start fetching.
+        if (grp + (int)gridDim.x >= groups) pdl_launch_dependents();
 #pragma unroll
         for (int r = 0; r < SROWS; r++)
 #pragma unroll
@@ -331,8 +349,9 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
 #define MATVECS(fmt, FMT, R, W)                                                                                \
     extern "C" __global__ void __launch_bounds__(32 * W)                                                      \
         matvec_##fmt##_s##R##w##W(const uint8_t* W_, const __half* scales, const __half* mins, float tscale,  \
-                                  const float* x, float* y, int rows, int nb, int row_bytes, int gb, int ng) { \
-        matvecs<FMT, R, W>(W_, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng);                       \
+                                  const float* x, float* y, int rows, int nb, int row_bytes, int gb, int ng,  \
+                                  const float* x2, int act, int cols) {                                       \
+        matvecs<FMT, R, W>(W_, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng, x2, act, cols);        \
     }
 #define MATVEC_ALL(fmt, FMT)                                                                                  \
     MATVEC(matvec_##fmt##_32, FMT, 32) MATVEC(matvec_##fmt##_64, FMT, 64) MATVEC(matvec_##fmt##_128, FMT, 128) \

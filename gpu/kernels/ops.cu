@@ -6,6 +6,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "act.cuh"
+
 // block_sum and block_max reduce over a block of at most 1024 threads;
 // every thread gets the result. red needs 33 floats.
 __device__ float block_sum(float v, float* red) {
@@ -139,23 +141,12 @@ extern "C" __global__ void __launch_bounds__(1024) attention(const float* __rest
     }
 }
 
-// glu: out = act(g) * u, act 0 = SiLU (SwiGLU), 1 = tanh GELU (GeGLU),
-// 2 = ReLU^2 (BitNet).
+// glu: out = act(g) * u (act.cuh).
 extern "C" __global__ void glu(const float* __restrict__ g, const float* __restrict__ u, float* __restrict__ out, int n,
                                int act) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float x = g[i];
-    float a;
-    if (act == 0) {
-        a = x / (1.f + expf(-x));
-    } else if (act == 1) {
-        a = 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-    } else {
-        const float r = fmaxf(x, 0.f);
-        a = r * r;
-    }
-    out[i] = a * u[i];
+    out[i] = glu_act(g[i], u[i], act);
 }
 
 // add: x += y (the residual).

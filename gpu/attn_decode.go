@@ -1,0 +1,106 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+	"os"
+)
+
+// attnDecodeEnv set to "off" keeps decode on the general attention kernel
+// with a separate rotation (to compare).
+const attnDecodeEnv = "LOWBIT_ATTN_DECODE"
+
+// attnDecodeWarps is NW in kernels/attn_decode.cu.
+const attnDecodeWarps = 16
+
+// attnDecode is the split geometry of attn_decode for one cache and head
+// layout: S slices of at most chunk positions, and its scratch (partials
+// and the per-kv-head counters), allocated once so captured graphs keep
+// valid pointers.
+type attnDecode struct {
+	name        string
+	slices      int
+	chunk       int
+	shared      int
+	part, count Buffer
+}
+
+// attnDecodeSlices is how many slices a context of visible positions is
+// split into: one per 256 positions, at most 32. Up to 256 positions one
+// block per kv head does the whole sequence without a combining pass (a
+// block's 16 warps take 64 positions a round).
+func attnDecodeSlices(visible int) int {
+	return min(max((visible+255)/256, 1), 32)
+}
+
+// newAttnDecode plans attn_decode for heads/kvHeads heads of hd over a
+// cache of positions (window: the visible positions, 0 for all), or
+// reports why the kernel does not take this layout (device thread).
+func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attnDecode, error) {
+	if kvHeads <= 0 || heads%kvHeads != 0 {
+		return nil, fmt.Errorf("gpu: attention: %d heads are not a multiple of %d kv heads", heads, kvHeads)
+	}
+	if os.Getenv(attnDecodeEnv) == "off" {
+		return nil, fmt.Errorf("gpu: attention: attn_decode disabled by %s=off", attnDecodeEnv)
+	}
+	g := heads / kvHeads
+	g2 := 1
+	for g2 < g {
+		g2 <<= 1
+	}
+	if (hd != 64 && hd != 128 && hd != 256) || hd*g2 > 2048 || g2 > 16 {
+		return nil, fmt.Errorf("gpu: attention: no decode kernel for head size %d with %d query heads a kv head", hd, g)
+	}
+	visible := positions
+	if window > 0 {
+		visible = min(window, positions)
+	}
+	a := &attnDecode{name: fmt.Sprintf("attn_decode_%d_%d", hd, g2), slices: attnDecodeSlices(visible)}
+	a.chunk = (visible + a.slices - 1) / a.slices
+	a.shared = 4 * (g*hd + 2*hd + g*a.chunk + attnDecodeWarps*g*hd)
+	if a.shared > d.maxShared {
+		return nil, fmt.Errorf("gpu: attention: %d bytes of shared memory needed, the device has %d", a.shared, d.maxShared)
+	}
+	if a.shared > 48<<10 && d.sharedSet[a.name] < a.shared {
+		if err := d.setMaxShared(a.name, a.shared); err != nil {
+			return nil, err
+		}
+		d.sharedSet[a.name] = a.shared
+	}
+	var err error
+	if a.part, err = d.pool.alloc(d, int64(4*heads*a.slices*(hd+2)), MemScratch); err != nil {
+		return nil, err
+	}
+	if a.count, err = d.pool.alloc(d, int64(4*kvHeads), MemScratch); err != nil {
+		d.pool.release(a.part)
+		return nil, err
+	}
+	if err := d.memset(a.count, 0); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// launch queues attention of the step's token (position pos[0]) over the
+// layer's caches, storing the step's k and v into them; ropeCS, when set
+// (a ropeTable), rotates q and k first (device thread).
+func (a *attnDecode) launch(d *Device, q, kcur, vcur, kc, vc, out Buffer, heads, kvHeads int, pos Buffer, scale float32, ropeCS Buffer, window int) error {
+	return d.launchPDL(a.name, grid2(kvHeads, a.slices), grid1(32*attnDecodeWarps), a.shared,
+		argBuf(q), argBuf(kcur), argBuf(vcur), argBuf(kc), argBuf(vc), argBuf(out), argBuf(a.part), argBuf(a.count),
+		argInt(heads), argInt(kvHeads), argBuf(pos), argF32(scale), argBuf(ropeCS), argInt(window), argInt(a.chunk))
+}
+
+// ropeTable is cos and sin of every position's rotary angles, [positions]
+// [len(invFreq)] pairs, computed as the CPU backend computes them (the
+// float32 angle p*f, its cosine and sine in float64), so the decode
+// attention reads its rotation instead of evaluating it.
+func ropeTable(invFreq []float32, positions int) []float32 {
+	t := make([]float32, 0, 2*positions*len(invFreq))
+	for p := 0; p < positions; p++ {
+		for _, f := range invFreq {
+			a := float64(float32(p) * f)
+			t = append(t, float32(math.Cos(a)), float32(math.Sin(a)))
+		}
+	}
+	return t
+}
