@@ -255,7 +255,14 @@ func TestMatVec(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if e := relL2(ref, y); e > 2e-5 {
+				// q4's shared-memory kernels round x to int16 per 32-weight
+				// block (integer dot products): about 2e-5 relative, a
+				// hundredth of q4's own rounding.
+				tol := 2e-5
+				if f == quantize.Q4 {
+					tol = 1e-4
+				}
+				if e := relL2(ref, y); e > tol {
 					t.Errorf("float activations: relative L2 %.3g", e)
 				}
 				// Every kernel variant, and blocks of the fast kernel looping
@@ -271,7 +278,7 @@ func TestMatVec(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if e := relL2(ref, y); e > 2e-5 {
+					if e := relL2(ref, y); e > tol {
 						t.Errorf("float activations, kernel %d, grid %d: relative L2 %.3g", v.mode, v.grid, e)
 					}
 				}
