@@ -307,14 +307,11 @@ func (b *Backend) op(name string, fn func() error) {
 }
 
 // Embed implements model.Backend. Tables in formats other than f32 and q8
-// are widened to f32 on the device once, on first use.
+// are widened to f32 on the device once, on first use; scale (Gemma's)
+// multiplies the rows as they are copied.
 func (b *Backend) Embed(dst model.Buf, table model.Mat, n int, scale float32) {
 	t, out := table.(*gpuMat), dst.(gpuBuf)
 	m := t.m
-	if scale != 1 {
-		b.fail(fmt.Errorf("gpu: scaled embeddings (Gemma) are not supported on the GPU yet"))
-		return
-	}
 	if m.Format != quantize.F32 && m.Format != quantize.Q8 {
 		if t.table == nil {
 			rows, cols := t.w.Rows, t.w.Cols
@@ -331,7 +328,7 @@ func (b *Backend) Embed(dst model.Buf, table model.Mat, n int, scale float32) {
 		}
 		m = t.table
 	}
-	b.op("embed", func() error { return b.d.embed(m, n, b.tok, out.b) })
+	b.op("embed", func() error { return b.d.embed(m, n, b.tok, out.b, scale) })
 }
 
 // RMSNorm implements model.Backend.

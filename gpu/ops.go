@@ -97,14 +97,14 @@ func (d *Device) add(x, y Buffer, n int) error {
 }
 
 // embed queues the copy of embedding rows tok[0..n) of m (f32 or q8) into
-// the rows of out.
-func (d *Device) embed(m *Matrix, n int, tok, out Buffer) error {
+// the rows of out, times scale.
+func (d *Device) embed(m *Matrix, n int, tok, out Buffer, scale float32) error {
 	switch m.Format {
 	case quantize.F32:
-		return d.launch("embed_f32", grid2((m.Cols+255)/256, n), grid1(256), 0, argBuf(m.data), argBuf(tok), argBuf(out), argInt(m.rowBytes/4), argInt(m.Cols))
+		return d.launch("embed_f32", grid2((m.Cols+255)/256, n), grid1(256), 0, argBuf(m.data), argBuf(tok), argBuf(out), argInt(m.rowBytes/4), argInt(m.Cols), argF32(scale))
 	case quantize.Q8:
 		return d.launch("embed_q8", grid2((m.Cols+255)/256, n), grid1(256), 0, argBuf(m.data), argBuf(m.scales), argInt(m.rowBytes),
-			argInt(m.GroupSize), argInt(m.groups()), argBuf(tok), argBuf(out), argInt(m.Cols))
+			argInt(m.GroupSize), argInt(m.groups()), argBuf(tok), argBuf(out), argInt(m.Cols), argF32(scale))
 	}
 	return fmt.Errorf("gpu: embedding in %s is not supported (f32 or q8)", m.Format)
 }

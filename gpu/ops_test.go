@@ -200,8 +200,15 @@ func TestOps(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer d.FreeMatrix(mf)
-		run(t, d, func() error { return d.embed(mf, 1, tok, out) })
+		run(t, d, func() error { return d.embed(mf, 1, tok, out, 1) })
 		check(t, "embed f32", f64(w[42*dim:43*dim]), down[float32](t, d, out, dim), 0)
+		// Gemma's scale, rounded as the CPU rounds it (one float32 product).
+		run(t, d, func() error { return d.embed(mf, 1, tok, out, 3.5) })
+		scaled := make([]float64, dim)
+		for i, v := range w[42*dim : 43*dim] {
+			scaled[i] = float64(v * 3.5)
+		}
+		check(t, "embed f32 scaled", scaled, down[float32](t, d, out, dim), 0)
 		qt, err := quantize.Quantize(context.Background(), quantize.Q8, w, vocab, dim, quantize.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -211,7 +218,7 @@ func TestOps(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer d.FreeMatrix(mq)
-		run(t, d, func() error { return d.embed(mq, 1, tok, out) })
+		run(t, d, func() error { return d.embed(mq, 1, tok, out, 1) })
 		row := make([]float32, dim)
 		qt.DequantizeRow(42, row)
 		check(t, "embed q8", f64(row), down[float32](t, d, out, dim), 0)

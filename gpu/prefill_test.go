@@ -204,14 +204,19 @@ func TestMatMulBlas(t *testing.T) {
 	}
 }
 
-// TestBackendLongPrompt runs an 80-token prompt through models whose heads
-// take attn_prefill (64 and 128 wide) and whose products take cuBLAS, on
-// the GPU and the CPU: logits within 1e-3 (f32: own kernels) or 5e-3
-// (quantized: fp16 GEMM inputs).
+// TestBackendLongPrompt runs an 80-token prompt, then 8 decode steps,
+// through models whose heads take attn_prefill and attn_decode (64 and 128
+// wide) and whose products take cuBLAS, on the GPU and the CPU: Mistral's
+// sliding window (64 positions, exceeded), Gemma's scaled embedding and
+// GeGLU. Logits within 1e-3 (f32: lowbit's kernels) or 5e-3 (quantized
+// prompt: fp16 GEMM inputs).
 func TestBackendLongPrompt(t *testing.T) {
 	d := openOrSkip(t)
 	hd64 := fixture.Spec{Arch: "LlamaForCausalLM", Hidden: 256, Intermediate: 384, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 96, Seed: 5}
 	hd128 := fixture.Spec{Arch: "LlamaForCausalLM", Hidden: 256, Intermediate: 320, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 128, Vocab: 96, Seed: 6}
+	mistral, gemma := hd64, hd64
+	mistral.Arch, mistral.Seed = "MistralForCausalLM", 7
+	gemma.Arch, gemma.Seed = "GemmaForCausalLM", 8
 	r := rand.New(rand.NewPCG(29, 30))
 	prompt := make([]int, 80)
 	for i := range prompt {
@@ -226,6 +231,10 @@ func TestBackendLongPrompt(t *testing.T) {
 		{"hd64-f32", hd64, quantize.F32, 1e-3},
 		{"hd64-q4", hd64, quantize.Q4, 5e-3},
 		{"hd128-q8", hd128, quantize.Q8, 5e-3},
+		{"mistral-window-f32", mistral, quantize.F32, 1e-3},
+		{"mistral-window-q4", mistral, quantize.Q4, 5e-3},
+		{"gemma-f32", gemma, quantize.F32, 1e-3},
+		{"gemma-q8", gemma, quantize.Q8, 5e-3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := fixtureModel(t, tc.spec, tc.f)
@@ -245,6 +254,21 @@ func TestBackendLongPrompt(t *testing.T) {
 			}
 			if e := relL2Of(got.Logits, want.Logits); !(e < tc.limit) {
 				t.Fatalf("prompt logits: relative L2 %.3g, want < %.0e", e, tc.limit)
+			}
+			next := argmaxOf(want.Logits[len(want.Logits)-m.Config.VocabSize:])
+			for step := 0; step < 8; step++ {
+				wl, err := cpu.Forward(ctx, []int{next})
+				if err != nil {
+					t.Fatal(err)
+				}
+				gl, err := gs.Forward(ctx, []int{next})
+				if err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+				if e := relL2Of(gl, wl); !(e < tc.limit) {
+					t.Fatalf("decode step %d: relative L2 %.3g, want < %.0e", step, e, tc.limit)
+				}
+				next = argmaxOf(wl)
 			}
 		})
 	}

@@ -156,18 +156,23 @@ extern "C" __global__ void add(float* __restrict__ x, const float* __restrict__ 
 }
 
 // embed_f32 and embed_q8 copy row tok[y] of the embedding table into row y
-// of out [n, dim], dequantizing q8 rows (fp16 scale per group of gs).
+// of out [n, dim], dequantizing q8 rows (fp16 scale per group of gs), times
+// scale (Gemma's sqrt(hidden); 1 for the others), as the CPU does.
 // Grid: (dim/256 rounded up, n).
 extern "C" __global__ void embed_f32(const float* __restrict__ table, const int* __restrict__ tok,
-                                     float* __restrict__ out, int stride, int dim) {
+                                     float* __restrict__ out, int stride, int dim, float scale) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < dim) out[(size_t)blockIdx.y * dim + i] = table[(size_t)tok[blockIdx.y] * stride + i];
+    if (i >= dim) return;
+    const float v = table[(size_t)tok[blockIdx.y] * stride + i];
+    out[(size_t)blockIdx.y * dim + i] = scale != 1.f ? v * scale : v;
 }
 
 extern "C" __global__ void embed_q8(const int8_t* __restrict__ q, const __half* __restrict__ scales, int row_bytes,
-                                    int gs, int ng, const int* __restrict__ tok, float* __restrict__ out, int dim) {
+                                    int gs, int ng, const int* __restrict__ tok, float* __restrict__ out, int dim,
+                                    float scale) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= dim) return;
     const size_t r = (size_t)tok[blockIdx.y];
-    out[(size_t)blockIdx.y * dim + i] = __half2float(scales[r * ng + i / gs]) * (float)q[r * row_bytes + i];
+    const float v = __half2float(scales[r * ng + i / gs]) * (float)q[r * row_bytes + i];
+    out[(size_t)blockIdx.y * dim + i] = scale != 1.f ? v * scale : v;
 }
