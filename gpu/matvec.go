@@ -157,21 +157,26 @@ func chunkBlocks(f quantize.Format) int {
 // shared memory, a persistent grid as large as the GPU holds at once,
 // 16-byte loads of weights a chunk ahead); others the plain one.
 func (d *Device) matvec(m *Matrix, x, y Buffer) error {
-	return d.matvecAct(m, x, Buffer{}, -1, y)
+	return d.matvecWith(m, x, y, matvecOpts{act: -1})
 }
 
-// matvecGLU queues y = W (act(g) * u), the gated activation applied while
-// x is staged (device thread). It needs the shared-memory kernel:
-// canMatvecGLU says whether m takes it.
-func (d *Device) matvecGLU(m *Matrix, g, u Buffer, act GLU, y Buffer) error {
-	if !d.canMatvecGLU(m) {
-		return fmt.Errorf("gpu: %s %dx%d: no gated matvec kernel", m.Format, m.Rows, m.Cols)
-	}
-	return d.matvecAct(m, g, u, int(act), y)
+// matvecOpts are the shared-memory kernels' fused steps: the gated
+// activation act(x) * x2 (act >= 0) or the RMSNorm (norm set) applied to x
+// as it is staged, and the output added to y (accum) instead of stored.
+type matvecOpts struct {
+	x2        Buffer
+	act       int
+	norm      Buffer
+	eps, wAdd float32
+	accum     bool
 }
 
-// canMatvecGLU says whether matvecGLU takes m (device thread).
-func (d *Device) canMatvecGLU(m *Matrix) bool {
+// fused says whether o asks for more than the plain product.
+func (o matvecOpts) fused() bool { return o.act >= 0 || o.norm.ptr != 0 || o.accum }
+
+// canFuse says whether m's product can take fused steps: it needs the
+// shared-memory kernel (device thread).
+func (d *Device) canFuse(m *Matrix) bool {
 	mode := d.matvecMode
 	if mode == 0 {
 		mode = matvecKernel(m.Format, m.Rows)
@@ -185,9 +190,8 @@ func (d *Device) sharedKernel(m *Matrix) bool {
 	return m.rowBytes%16 == 0 && m.blocks()%chunkBlocks(m.Format) == 0 && m.blocks()*32*4 <= d.maxShared
 }
 
-// matvecAct is matvec, with the gated activation act (a GLU, or -1 for
-// none) of x and x2 when act >= 0 (device thread).
-func (d *Device) matvecAct(m *Matrix, x, x2 Buffer, act int, y Buffer) error {
+// matvecWith is matvec with the fused steps of o (device thread).
+func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 	nb := m.blocks()
 	args := []uint64{argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argF32(m.scale), argBuf(x), argBuf(y),
 		argInt(m.Rows), argInt(nb), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups())}
@@ -215,11 +219,15 @@ func (d *Device) matvecAct(m *Matrix, x, x2 Buffer, act int, y Buffer) error {
 			waves := (groups + per*d.sms - 1) / (per * d.sms)
 			grid = (groups + waves - 1) / waves
 		}
-		args = append(args, argBuf(x2), argInt(act), argInt(m.Cols))
+		accum := 0
+		if o.accum {
+			accum = 1
+		}
+		args = append(args, argBuf(o.x2), argInt(o.act), argInt(m.Cols), argBuf(o.norm), argF32(o.eps), argF32(o.wAdd), argInt(accum))
 		return d.launchPDL(name, grid1(min(grid, groups)), grid1(32*warps), shared, args...)
 	}
-	if act >= 0 {
-		return fmt.Errorf("gpu: %s %dx%d: no gated matvec kernel", m.Format, m.Rows, m.Cols)
+	if o.fused() {
+		return fmt.Errorf("gpu: %s %dx%d: no fused matvec kernel", m.Format, m.Rows, m.Cols)
 	}
 	nt := threadsFor(nb)
 	return d.launchPDL(fmt.Sprintf("matvec_%s_%d", m.Format, nt), grid1((m.Rows+3)/4), grid1(nt), 0, args...)

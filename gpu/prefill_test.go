@@ -349,3 +349,91 @@ func rotate(x []float32, hd, p int, inv []float32) {
 		}
 	}
 }
+
+// TestMatVecFused checks the shared-memory kernels' fused steps against
+// float64: RMSNorm of x while staging (Gemma's +1 too), the gated
+// activation, and the output added to y, on shapes whose columns are and
+// are not whole 32-weight blocks.
+func TestMatVecFused(t *testing.T) {
+	d := openOrSkip(t)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(33, 34))
+	for _, sh := range []struct{ rows, cols int }{{96, 48}, {64, 80}, {2560, 2048}} {
+		for _, f := range []quantize.Format{quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1} {
+			t.Run(fmt.Sprintf("%s/%dx%d", f, sh.rows, sh.cols), func(t *testing.T) {
+				w, x, u := gaussian(r, sh.rows*sh.cols), gaussian(r, sh.cols), gaussian(r, sh.cols)
+				g, y0 := gaussian(r, sh.cols), gaussian(r, sh.rows)
+				qt, err := quantize.Quantize(ctx, f, w, sh.rows, sh.cols, quantize.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, err := d.Upload(qt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer d.FreeMatrix(m)
+				var fusable bool
+				d.do(func() error { fusable = d.canFuse(m); return nil })
+				if !fusable {
+					t.Skipf("%s %dx%d takes the plain kernel, which fuses nothing", f, sh.rows, sh.cols)
+				}
+				// x's buffer continues with another row's values, as a
+				// token's row of a batch does: the norm must not read them.
+				nb := m.blocks() * 32
+				xb, ub, gb := up(t, d, append(x, gaussian(r, nb)...), 0), up(t, d, u, nb), up(t, d, g, nb)
+				product := func(in []float64) []float64 {
+					out := make([]float64, sh.rows)
+					for i := range out {
+						out[i] = qt.DotRef(i, in)
+					}
+					return out
+				}
+				for _, tc := range []struct {
+					name string
+					o    matvecOpts
+					in   func() []float64
+				}{
+					{"norm", matvecOpts{act: -1, norm: gb, eps: 1e-5}, func() []float64 { return normRef(x, g, 0) }},
+					{"norm+1", matvecOpts{act: -1, norm: gb, eps: 1e-5, wAdd: 1}, func() []float64 { return normRef(x, g, 1) }},
+					{"silu", matvecOpts{x2: ub, act: int(SwiGLU)}, func() []float64 {
+						in := make([]float64, sh.cols)
+						for i := range in {
+							v := float64(x[i])
+							in[i] = v / (1 + math.Exp(-v)) * float64(u[i])
+						}
+						return in
+					}},
+					{"accum", matvecOpts{act: -1, accum: true}, func() []float64 { return f64(x) }},
+				} {
+					yb := up(t, d, y0, 0)
+					run(t, d, func() error { return d.matvecWith(m, xb, yb, tc.o) })
+					ref := product(tc.in())
+					if tc.o.accum {
+						for i := range ref {
+							ref[i] += float64(y0[i])
+						}
+					}
+					tol := 2e-5
+					if f == quantize.Q4 {
+						tol = 3e-4 // x rounded to int16 (see TestMatVec)
+					}
+					check(t, tc.name, ref, down[float32](t, d, yb, sh.rows), tol)
+				}
+			})
+		}
+	}
+}
+
+// normRef is RMSNorm(x) * (g + add) in float64.
+func normRef(x, g []float32, add float64) []float64 {
+	var ss float64
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	s := 1 / math.Sqrt(ss/float64(len(x))+1e-5)
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v) * s * (float64(g[i]) + add)
+	}
+	return out
+}

@@ -137,6 +137,21 @@ type GLUMatMuler interface {
 	GLUMatMul(dst, gate, up Buf, w Mat, act string) bool
 }
 
+// ResidualFuser is implemented by backends that, for one token, fold the
+// RMSNorm before a product into the product (it normalizes its input as
+// it reads it) and the residual add after a product into the product (it
+// adds its output to the residual stream), so decode needs no norm or add
+// passes. Each method reports false, queueing nothing, where it cannot
+// for this weight; the caller then runs the plain operations.
+type ResidualFuser interface {
+	// NormMatMul computes dst = w RMSNorm(x) (norm weights nw, over dim).
+	NormMatMul(dst, x Buf, nw, w Mat, dim int, eps float32, plusOne bool) bool
+	// MatMulAdd computes x += w a.
+	MatMulAdd(x, a Buf, w Mat) bool
+	// GLUMatMulAdd computes x += w (act(gate) * up).
+	GLUMatMulAdd(x, gate, up Buf, w Mat, act string) bool
+}
+
 // AddNormer is implemented by backends that fuse the residual add with the
 // RMSNorm that follows it (one pass over the row instead of two kernels).
 type AddNormer interface {

@@ -323,33 +323,58 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 		return err
 	}
 
-	// addNorm is the residual add of xb2 and the norm after it (one kernel
-	// where the backend fuses them).
-	an, fused := be.(AddNormer)
-	addNorm := func(w Mat) {
-		if fused {
+	// The residual stream is x, plus xb2 while pending: a product's output
+	// waits to be added with the next norm (one kernel where the backend
+	// fuses them, AddNormer). A backend that folds the norm into the
+	// product after it and the residual add into the product before it
+	// (ResidualFuser, decode) leaves nothing pending and needs no norm or
+	// add kernels at all.
+	an, addNormFused := be.(AddNormer)
+	rf, _ := be.(ResidualFuser)
+	if n != 1 || c.SubNorms {
+		rf = nil
+	}
+	pending := false
+	// norm makes xb the RMSNorm of the residual stream.
+	norm := func(w Mat) {
+		switch {
+		case pending && addNormFused:
 			an.AddRMSNorm(s.xb, s.x, s.xb2, w, n, dim, eps, c.NormPlusOne)
+		case pending:
+			be.Add(s.x, s.xb2, n*dim)
+			be.RMSNorm(s.xb, s.x, w, n, dim, eps, c.NormPlusOne)
+		default:
+			be.RMSNorm(s.xb, s.x, w, n, dim, eps, c.NormPlusOne)
+		}
+		pending = false
+	}
+	// normMatMul is dst = w RMSNorm(residual), for one token.
+	normMatMul := func(dst Buf, nw, w Mat) {
+		if !pending && rf != nil && rf.NormMatMul(dst, s.x, nw, w, dim, eps, c.NormPlusOne) {
 			return
 		}
-		be.Add(s.x, s.xb2, n*dim)
-		be.RMSNorm(s.xb, s.x, w, n, dim, eps, c.NormPlusOne)
+		norm(nw)
+		be.MatMul(dst, s.xb, w, n)
 	}
-	normed := false // xb already holds this layer's attention norm
+	// flush adds a pending product to x.
+	flush := func() {
+		if pending {
+			be.Add(s.x, s.xb2, n*dim)
+			pending = false
+		}
+	}
 	for l, w := range s.layers {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		// Attention: norm, q/k/v projections, rotary embeddings, attention
 		// over the cache, (BitNet: sub-norm), output projection, residual.
-		if !normed {
-			be.RMSNorm(s.xb, s.x, w.attnNorm, n, dim, eps, c.NormPlusOne)
-		}
 		q, k, v := s.q, s.k, s.v
 		if n == 1 && w.qkv != nil && s.qkv != nil {
 			// Decode with fused weights: one product, one rotation of q and
 			// k (inside the attention where the backend folds it in).
 			kvDim := c.NumKVHeads * c.HeadDim
-			be.MatMul(s.qkv, s.xb, w.qkv, 1)
+			normMatMul(s.qkv, w.attnNorm, w.qkv)
 			q, k, v = be.View(s.qkv, 0, qDim), be.View(s.qkv, qDim, kvDim), be.View(s.qkv, qDim+kvDim, kvDim)
 			if ra, ok := be.(RopeAttender); ok {
 				ra.RopeAttention(s.att, q, k, v, s.cache, l, shape, s.invFreq)
@@ -358,6 +383,7 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 				be.Attention(s.att, q, k, v, s.cache, l, n, shape)
 			}
 		} else {
+			norm(w.attnNorm)
 			be.MatMul(q, s.xb, w.wq, n)
 			be.MatMul(k, s.xb, w.wk, n)
 			be.MatMul(v, s.xb, w.wv, n)
@@ -368,33 +394,38 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 		if c.SubNorms {
 			be.RMSNorm(s.att, s.att, w.attnSub, n, qDim, eps, false)
 		}
-		be.MatMul(s.xb2, s.att, w.wo, n)
+		if rf == nil || !rf.MatMulAdd(s.x, s.att, w.wo) {
+			be.MatMul(s.xb2, s.att, w.wo, n)
+			pending = true
+		}
 
-		// Gated MLP: residual and norm, act(gate) * up, (BitNet: sub-norm),
-		// down, residual (with the next layer's norm).
-		addNorm(w.ffnNorm)
+		// Gated MLP: norm, act(gate) * up, (BitNet: sub-norm), down,
+		// residual.
 		gate, up := s.gate, s.up
 		if n == 1 && w.gateUp != nil && s.gateUp != nil {
-			be.MatMul(s.gateUp, s.xb, w.gateUp, 1)
+			normMatMul(s.gateUp, w.ffnNorm, w.gateUp)
 			gate, up = be.View(s.gateUp, 0, ffn), be.View(s.gateUp, ffn, ffn)
 		} else {
+			norm(w.ffnNorm)
 			be.MatMul(gate, s.xb, w.gate, n)
 			be.MatMul(up, s.xb, w.up, n)
 		}
-		if gm, ok := be.(GLUMatMuler); ok && n == 1 && !c.SubNorms && gm.GLUMatMul(s.xb2, gate, up, w.down, c.Activation) {
-			// act(gate) * up computed while the down projection reads it
-		} else {
+		gm, glu := be.(GLUMatMuler)
+		switch {
+		case rf != nil && rf.GLUMatMulAdd(s.x, gate, up, w.down, c.Activation):
+			// act(gate) * up while the down projection reads it, added to x
+		case glu && n == 1 && !c.SubNorms && gm.GLUMatMul(s.xb2, gate, up, w.down, c.Activation):
+			pending = true
+		default:
 			be.GLU(gate, gate, up, n*ffn, c.Activation)
 			if c.SubNorms {
 				be.RMSNorm(gate, gate, w.ffnSub, n, ffn, eps, false)
 			}
 			be.MatMul(s.xb2, gate, w.down, n)
+			pending = true
 		}
-		if l+1 < len(s.layers) {
-			addNorm(s.layers[l+1].attnNorm)
-			normed = true
-		} else {
-			be.Add(s.x, s.xb2, n*dim)
+		if hidden || l+1 == len(s.layers) {
+			flush()
 		}
 		if err := s.keepHidden(out, l+1, n, hidden); err != nil {
 			return err
@@ -406,6 +437,9 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 		return nil
 	}
 	x := be.View(s.x, from*dim, rows*dim)
+	if rows == 1 && rf != nil && rf.NormMatMul(s.logits, x, s.norm, s.output, dim, eps, c.NormPlusOne) {
+		return nil
+	}
 	xb := be.View(s.xb, 0, rows*dim)
 	be.RMSNorm(xb, x, s.norm, rows, dim, eps, c.NormPlusOne)
 	be.MatMul(s.logits, xb, s.output, rows)

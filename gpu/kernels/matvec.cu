@@ -190,7 +190,8 @@ __device__ __forceinline__ void load_chunk(const uint8_t* p, uint32_t* w) {
 }
 
 // matvecs is matvec for rows that are 16-byte aligned and hold whole
-// chunks. x is staged once per block of the grid into shared memory, laid
+// chunks. x (its cols values; zeros past them, whatever its buffer holds
+// there) is staged once per block of the grid into shared memory, laid
 // out so that the 32 lanes of a warp, each on its own chunk, read
 // consecutive 16-byte words (no bank conflicts, and no strided global
 // loads); the grid is persistent, each of its blocks looping over groups
@@ -205,12 +206,16 @@ __device__ __forceinline__ void load_chunk(const uint8_t* p, uint32_t* w) {
 //
 // With act >= 0 the kernel stages act(x) * x2 (act.cuh) instead of x: the
 // gated MLP's activation folded into the down projection; cols values are
-// real, the rest of the last block zero.
+// real, the rest of the last block zero. With nw it stages RMSNorm(x) (the
+// norm before the product; past cols, zeros); with accum it adds its output to y (the
+// residual add after the product: each row is read and written by the
+// lane that computes it, and no block stages y).
 template <int FMT, int SROWS, int NW>
 __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
                         const __half* __restrict__ mins, float tscale, const float* __restrict__ x,
                         float* __restrict__ y, int rows, int nb, int row_bytes, int gb, int ng,
-                        const float* __restrict__ x2, int act, int cols) {
+                        const float* __restrict__ x2, int act, int cols, const float* __restrict__ nw,
+                        float eps, float w_add, int accum) {
     constexpr int CB = chunk_blocks<FMT>(), U = chunk_u4<FMT>(), BW = 4 * U / CB;
     constexpr bool PF = U <= 2;
     constexpr bool SC = FMT == Q8 || FMT == Q4 || FMT == Q2 || FMT == Q1;
@@ -259,6 +264,26 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     bool have = setup(grp), loaded = PF && have && lane < nch;
     if (loaded) load_all(lane, nxt, nsc, nmn);
     pdl_wait();  // x is the previous kernel's output
+    // With nw, x is normalized as it is staged: x / rms(x) * (nw + w_add)
+    // over its cols values (the RMSNorm before the product).
+    float rinv = 1.f;
+    if (nw != nullptr) {
+        __shared__ float red[32];
+        float ss = 0.f;
+        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
+            const float4 v = reinterpret_cast<const float4*>(x)[i];
+            const int c = 4 * i;  // past cols: another row's values, not padding
+            ss += (c < cols ? v.x * v.x : 0.f) + (c + 1 < cols ? v.y * v.y : 0.f) +
+                  (c + 2 < cols ? v.z * v.z : 0.f) + (c + 3 < cols ? v.w * v.w : 0.f);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) red[warp] = ss;
+        __syncthreads();
+        ss = 0.f;
+        for (int w = 0; w < NW; w++) ss += red[w];
+        rinv = rsqrtf(ss / (float)cols + eps);
+    }
     if (I16) {
         // q4: x as int16 per 32-weight block, a thread a block: uint4 k
         // (elements 8k..8k+7) of block b at xq[k*nb + b], then the block's
@@ -271,7 +296,9 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 const float4 f = reinterpret_cast<const float4*>(x)[8 * b + k];
-                v[4 * k] = f.x, v[4 * k + 1] = f.y, v[4 * k + 2] = f.z, v[4 * k + 3] = f.w;
+                const int c = 32 * b + 4 * k;  // past cols: zeros, whatever the buffer holds
+                v[4 * k] = c < cols ? f.x : 0.f, v[4 * k + 1] = c + 1 < cols ? f.y : 0.f;
+                v[4 * k + 2] = c + 2 < cols ? f.z : 0.f, v[4 * k + 3] = c + 3 < cols ? f.w : 0.f;
             }
             if (act >= 0) {
 #pragma unroll
@@ -283,6 +310,16 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
                         const int c = 32 * b + 4 * k + j;
                         v[4 * k + j] = c < cols ? glu_act(v[4 * k + j], uu[j], act) : 0.f;
                     }
+                }
+            }
+            if (nw != nullptr) {
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    const float4 g = reinterpret_cast<const float4*>(nw)[8 * b + k];
+                    const float gg[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        v[4 * k + j] = 32 * b + 4 * k + j < cols ? v[4 * k + j] * rinv * (gg[j] + w_add) : 0.f;
                 }
             }
             float m = 0.f, sum = 0.f;
@@ -306,6 +343,11 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
         for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
             const int b = i >> 3, k = i & 7;
             float4 v = reinterpret_cast<const float4*>(x)[i];
+            if (4 * i + 3 >= cols) {  // past cols: zeros, whatever the buffer holds
+                const int c = 4 * i;
+                v.x = c < cols ? v.x : 0.f, v.y = c + 1 < cols ? v.y : 0.f;
+                v.z = c + 2 < cols ? v.z : 0.f, v.w = c + 3 < cols ? v.w : 0.f;
+            }
             if (act >= 0) {
                 const float4 u = reinterpret_cast<const float4*>(x2)[i];
                 const int c = 4 * i;
@@ -313,6 +355,14 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
                 v.y = c + 1 < cols ? glu_act(v.y, u.y, act) : 0.f;
                 v.z = c + 2 < cols ? glu_act(v.z, u.z, act) : 0.f;
                 v.w = c + 3 < cols ? glu_act(v.w, u.w, act) : 0.f;
+            }
+            if (nw != nullptr) {
+                const float4 g = reinterpret_cast<const float4*>(nw)[i];
+                const int c = 4 * i;
+                v.x = c < cols ? v.x * rinv * (g.x + w_add) : 0.f;
+                v.y = c + 1 < cols ? v.y * rinv * (g.y + w_add) : 0.f;
+                v.z = c + 2 < cols ? v.z * rinv * (g.z + w_add) : 0.f;
+                v.w = c + 3 < cols ? v.w * rinv * (g.w + w_add) : 0.f;
             }
             xsh[k * nb + (b % CB) * nch + b / CB] = v;
         }
@@ -408,7 +458,10 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
         if (lane == 0)
 #pragma unroll
             for (int r = 0; r < SROWS; r++)
-                if (row0 + r < rows) y[row0 + r] = FMT == TQ2 ? acc[r] * tscale : acc[r];
+                if (row0 + r < rows) {
+                    const float v = FMT == TQ2 ? acc[r] * tscale : acc[r];
+                    y[row0 + r] = accum ? y[row0 + r] + v : v;
+                }
     }
 }
 
@@ -423,8 +476,10 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     extern "C" __global__ void __launch_bounds__(32 * W)                                                      \
         matvec_##fmt##_s##R##w##W(const uint8_t* W_, const __half* scales, const __half* mins, float tscale,  \
                                   const float* x, float* y, int rows, int nb, int row_bytes, int gb, int ng,  \
-                                  const float* x2, int act, int cols) {                                       \
-        matvecs<FMT, R, W>(W_, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng, x2, act, cols);        \
+                                  const float* x2, int act, int cols, const float* nw, float eps,             \
+                                  float w_add, int accum) {                                                   \
+        matvecs<FMT, R, W>(W_, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng, x2, act, cols, nw, eps, \
+                           w_add, accum);                                                                     \
     }
 #define MATVEC_ALL(fmt, FMT)                                                                                  \
     MATVEC(matvec_##fmt##_32, FMT, 32) MATVEC(matvec_##fmt##_64, FMT, 64) MATVEC(matvec_##fmt##_128, FMT, 128) \
