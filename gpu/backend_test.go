@@ -97,45 +97,54 @@ func TestBackendMatchesCPU(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := fixtureModel(t, tc.spec, tc.f)
-			ctx := context.Background()
 			cpu, err := m.NewSession(model.SessionOptions{Context: 64, Batch: 4})
 			if err != nil {
 				t.Fatal(err)
 			}
 			gs, _ := newGPUSession(t, d, m, 64, 4)
-			prompt := []int{1, 5, 9, 17, 33, 2, 70}
-			want, err := cpu.ForwardAll(ctx, prompt, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := gs.ForwardAll(ctx, prompt, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if e := relL2Of(got.Logits, want.Logits); !(e < tc.limit) {
-				t.Fatalf("prefill logits: relative L2 %.3g, want < %.0e", e, tc.limit)
-			}
-			next := argmaxOf(want.Logits[len(want.Logits)-m.Config.VocabSize:])
-			worst := 0.0
-			for step := 0; step < 12; step++ {
-				wl, err := cpu.Forward(ctx, []int{next})
-				if err != nil {
-					t.Fatal(err)
-				}
-				gl, err := gs.Forward(ctx, []int{next})
-				if err != nil {
-					t.Fatalf("step %d: %v", step, err)
-				}
-				e := relL2Of(gl, wl)
-				worst = max(worst, e)
-				if !(e < tc.limit) {
-					t.Fatalf("decode step %d: relative L2 %.3g, want < %.0e", step, e, tc.limit)
-				}
-				next = argmaxOf(wl)
-			}
+			worst := matchCPU(t, m, cpu, gs, []int{1, 5, 9, 17, 33, 2, 70}, 12, tc.limit)
 			t.Logf("%s: worst decode relative L2 %.2g", tc.name, worst)
 		})
 	}
+}
+
+// matchCPU runs prompt, then steps decode steps fed with the CPU's greedy
+// tokens, through the CPU session cpu and the GPU session gs: the logits
+// of each must agree within limit (relative L2). It returns the worst
+// decode step's.
+func matchCPU(t *testing.T, m *model.Model, cpu, gs *model.Session, prompt []int, steps int, limit float64) float64 {
+	t.Helper()
+	ctx := context.Background()
+	want, err := cpu.ForwardAll(ctx, prompt, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := gs.ForwardAll(ctx, prompt, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := relL2Of(got.Logits, want.Logits); !(e < limit) {
+		t.Fatalf("prompt logits: relative L2 %.3g, want < %.0e", e, limit)
+	}
+	next := argmaxOf(want.Logits[len(want.Logits)-m.Config.VocabSize:])
+	worst := 0.0
+	for step := 0; step < steps; step++ {
+		wl, err := cpu.Forward(ctx, []int{next})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gl, err := gs.Forward(ctx, []int{next})
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		e := relL2Of(gl, wl)
+		worst = max(worst, e)
+		if !(e < limit) {
+			t.Fatalf("decode step %d: relative L2 %.3g, want < %.0e", step, e, limit)
+		}
+		next = argmaxOf(wl)
+	}
+	return worst
 }
 
 // TestBackendGraphEqualsDirect decodes the same tokens with steps replayed

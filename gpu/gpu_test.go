@@ -370,15 +370,7 @@ func TestGraphReplay(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	rows, cols := 256, 1024
 	w := gaussian(r, rows*cols)
-	qt, err := quantize.Quantize(context.Background(), quantize.Q4, w, rows, cols, quantize.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := d.Upload(qt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.FreeMatrix(m)
+	_, m := uploadQuantized(t, d, quantize.Q4, w, rows, cols)
 	x := gaussian(r, cols)
 	want, err := d.MatVecAct(m, x, ActFloat)
 	if err != nil {

@@ -20,24 +20,33 @@ func argF32(v float32) uint64 { return uint64(math.Float32bits(v)) }
 
 // launch queues kernel name on the device's stream (device thread).
 func (d *Device) launch(name string, grid, block dim3, shared int, args ...uint64) error {
-	f, err := d.function(name)
-	if err != nil {
+	f, ok, err := d.setArgs(name, grid, args)
+	if !ok {
 		return err
-	}
-	if len(args) > maxParams {
-		return fmt.Errorf("gpu: kernel %s: %d parameters, at most %d", name, len(args), maxParams)
-	}
-	if grid.x == 0 || grid.y == 0 || grid.z == 0 {
-		return nil // nothing to do
-	}
-	for i, a := range args {
-		d.argv[i] = a
-		d.argp[i] = uintptr(unsafe.Pointer(&d.argv[i]))
 	}
 	r := d.drv.call(fnLaunchKernel, f, uintptr(grid.x), uintptr(grid.y), uintptr(grid.z),
 		uintptr(block.x), uintptr(block.y), uintptr(block.z), uintptr(shared), d.stream,
 		uintptr(unsafe.Pointer(&d.argp[0])), 0)
 	return d.drv.check(r, "cuLaunchKernel "+name)
+}
+
+// setArgs finds kernel name and fills the parameter slots with args; ok
+// is false, with no error, when the grid is empty (nothing to launch).
+func (d *Device) setArgs(name string, grid dim3, args []uint64) (f uintptr, ok bool, err error) {
+	if f, err = d.function(name); err != nil {
+		return 0, false, err
+	}
+	if len(args) > maxParams {
+		return 0, false, fmt.Errorf("gpu: kernel %s: %d parameters, at most %d", name, len(args), maxParams)
+	}
+	if grid.x == 0 || grid.y == 0 || grid.z == 0 {
+		return 0, false, nil
+	}
+	for i, a := range args {
+		d.argv[i] = a
+		d.argp[i] = uintptr(unsafe.Pointer(&d.argv[i]))
+	}
+	return f, true, nil
 }
 
 // pdlEnv set to "off" launches every kernel fully serialized (to compare).
@@ -75,19 +84,9 @@ func (d *Device) launchPDL(name string, grid, block dim3, shared int, args ...ui
 	if !d.pdl {
 		return d.launch(name, grid, block, shared, args...)
 	}
-	f, err := d.function(name)
-	if err != nil {
+	f, ok, err := d.setArgs(name, grid, args)
+	if !ok {
 		return err
-	}
-	if len(args) > maxParams {
-		return fmt.Errorf("gpu: kernel %s: %d parameters, at most %d", name, len(args), maxParams)
-	}
-	if grid.x == 0 || grid.y == 0 || grid.z == 0 {
-		return nil
-	}
-	for i, a := range args {
-		d.argv[i] = a
-		d.argp[i] = uintptr(unsafe.Pointer(&d.argv[i]))
 	}
 	d.pdlAttr = launchAttr{id: attrProgrammaticSerialization}
 	d.pdlAttr.val[0] = 1 // programmaticStreamSerializationAllowed

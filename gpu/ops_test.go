@@ -128,26 +128,7 @@ func TestOps(t *testing.T) {
 		})
 		ref := make([]float64, heads*hd)
 		for h := 0; h < heads; h++ {
-			kh := h / (heads / kvHeads)
-			s := make([]float64, n)
-			m := math.Inf(-1)
-			for p := 0; p < n; p++ {
-				for i := 0; i < hd; i++ {
-					s[p] += float64(q[h*hd+i]) * float64(K[p*kvdim+kh*hd+i])
-				}
-				s[p] *= float64(scale)
-				m = math.Max(m, s[p])
-			}
-			var sum float64
-			for p := range s {
-				s[p] = math.Exp(s[p] - m)
-				sum += s[p]
-			}
-			for i := 0; i < hd; i++ {
-				for p := 0; p < n; p++ {
-					ref[h*hd+i] += s[p] / sum * float64(V[p*kvdim+kh*hd+i])
-				}
-			}
+			attendRef(ref[h*hd:(h+1)*hd], q[h*hd:], K, V, kvdim, (h/(heads/kvHeads))*hd, 0, n-1, scale)
 		}
 		check(t, "attention", ref, down[float32](t, d, out, heads*hd), 1e-5)
 	})

@@ -161,22 +161,13 @@ func attendRef(dst []float64, q, K, V []float32, kvdim, off, from, to int, scale
 // largest shape is dequantized in two 64 MiB panels.
 func TestMatMulBlas(t *testing.T) {
 	d := openOrSkip(t)
-	ctx := context.Background()
 	r := rand.New(rand.NewPCG(27, 28))
 	for _, sh := range []struct{ rows, cols, n int }{{130, 2048, 70}, {64, 512, 128}, {17000, 2048, 33}} {
 		w := gaussian(r, sh.rows*sh.cols)
 		x := gaussian(r, sh.n*sh.cols)
 		for _, f := range []quantize.Format{quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1} {
 			t.Run(fmt.Sprintf("%s/%dx%dx%d", f, sh.rows, sh.cols, sh.n), func(t *testing.T) {
-				qt, err := quantize.Quantize(ctx, f, w, sh.rows, sh.cols, quantize.Options{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				m, err := d.Upload(qt)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer d.FreeMatrix(m)
+				qt, m := uploadQuantized(t, d, f, w, sh.rows, sh.cols)
 				y, err := d.MatMulMatrix(m, x, sh.n)
 				if err != nil {
 					t.Fatal(err)
@@ -238,38 +229,12 @@ func TestBackendLongPrompt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := fixtureModel(t, tc.spec, tc.f)
-			ctx := context.Background()
 			cpu, err := m.NewSession(model.SessionOptions{Context: 128, Batch: 128})
 			if err != nil {
 				t.Fatal(err)
 			}
 			gs, _ := newGPUSession(t, d, m, 128, 128)
-			want, err := cpu.ForwardAll(ctx, prompt, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := gs.ForwardAll(ctx, prompt, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if e := relL2Of(got.Logits, want.Logits); !(e < tc.limit) {
-				t.Fatalf("prompt logits: relative L2 %.3g, want < %.0e", e, tc.limit)
-			}
-			next := argmaxOf(want.Logits[len(want.Logits)-m.Config.VocabSize:])
-			for step := 0; step < 8; step++ {
-				wl, err := cpu.Forward(ctx, []int{next})
-				if err != nil {
-					t.Fatal(err)
-				}
-				gl, err := gs.Forward(ctx, []int{next})
-				if err != nil {
-					t.Fatalf("step %d: %v", step, err)
-				}
-				if e := relL2Of(gl, wl); !(e < tc.limit) {
-					t.Fatalf("decode step %d: relative L2 %.3g, want < %.0e", step, e, tc.limit)
-				}
-				next = argmaxOf(wl)
-			}
+			matchCPU(t, m, cpu, gs, prompt, 8, tc.limit)
 		})
 	}
 }
@@ -356,22 +321,13 @@ func rotate(x []float32, hd, p int, inv []float32) {
 // are not whole 32-weight blocks.
 func TestMatVecFused(t *testing.T) {
 	d := openOrSkip(t)
-	ctx := context.Background()
 	r := rand.New(rand.NewPCG(33, 34))
 	for _, sh := range []struct{ rows, cols int }{{96, 48}, {64, 80}, {2560, 2048}} {
 		for _, f := range []quantize.Format{quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1} {
 			t.Run(fmt.Sprintf("%s/%dx%d", f, sh.rows, sh.cols), func(t *testing.T) {
 				w, x, u := gaussian(r, sh.rows*sh.cols), gaussian(r, sh.cols), gaussian(r, sh.cols)
 				g, y0 := gaussian(r, sh.cols), gaussian(r, sh.rows)
-				qt, err := quantize.Quantize(ctx, f, w, sh.rows, sh.cols, quantize.Options{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				m, err := d.Upload(qt)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer d.FreeMatrix(m)
+				qt, m := uploadQuantized(t, d, f, w, sh.rows, sh.cols)
 				var fusable bool
 				d.do(func() error { fusable = d.canFuse(m); return nil })
 				if !fusable {
@@ -436,4 +392,20 @@ func normRef(x, g []float32, add float64) []float64 {
 		out[i] = float64(v) * s * (float64(g[i]) + add)
 	}
 	return out
+}
+
+// uploadQuantized quantizes w [rows, cols] to f and uploads it; the
+// matrix is freed when the test ends.
+func uploadQuantized(t *testing.T, d *Device, f quantize.Format, w []float32, rows, cols int) (*quantize.Tensor, *Matrix) {
+	t.Helper()
+	qt, err := quantize.Quantize(context.Background(), f, w, rows, cols, quantize.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := d.Upload(qt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.FreeMatrix(m) })
+	return qt, m
 }
