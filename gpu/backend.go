@@ -464,58 +464,37 @@ func (b *Backend) GLU(dst, gate, up model.Buf, n int, act string) {
 	b.op("glu", func() error { return b.d.glu(gate.(gpuBuf).b, up.(gpuBuf).b, dst.(gpuBuf).b, n, g) })
 }
 
-// GLUMatMul implements model.GLUMatMuler: the shared-memory matvec kernels
-// stage act(gate) * up instead of x. Weights they do not take (the plain
-// kernel's formats, tq2's int8 activations) report false.
-func (b *Backend) GLUMatMul(dst, gate, up model.Buf, w model.Mat, act string) bool {
-	return b.gluMatMul(dst, gate, up, w, act, false)
-}
-
-// GLUMatMulAdd implements model.ResidualFuser: GLUMatMul adding its output
-// to the residual stream x.
-func (b *Backend) GLUMatMulAdd(x, gate, up model.Buf, w model.Mat, act string) bool {
-	return b.gluMatMul(x, gate, up, w, act, true)
-}
-
-func (b *Backend) gluMatMul(dst, gate, up model.Buf, w model.Mat, act string, accum bool) bool {
-	g, err := gluOf(act)
-	if err != nil {
-		return false
-	}
-	return b.fusedMatvec(w, dst, gate, matvecOpts{x2: up.(gpuBuf).b, act: int(g), accum: accum})
-}
-
-// NormMatMul implements model.ResidualFuser: the kernel normalizes x as it
-// stages it.
-func (b *Backend) NormMatMul(dst, x model.Buf, nw, w model.Mat, dim int, eps float32, plusOne bool) bool {
-	add := float32(0)
-	if plusOne {
-		add = 1
-	}
-	n := nw.(*gpuMat).m
-	if n.Format != quantize.F32 || n.Cols != dim {
-		return false
-	}
-	return b.fusedMatvec(w, dst, x, matvecOpts{act: -1, norm: n.data, eps: eps, wAdd: add})
-}
-
-// MatMulAdd implements model.ResidualFuser: x += w a, in the product's
-// output.
-func (b *Backend) MatMulAdd(x, a model.Buf, w model.Mat) bool {
-	return b.fusedMatvec(w, x, a, matvecOpts{act: -1, accum: true})
-}
-
-// fusedMatvec queues dst = W x (one token) with o's fused steps where the
-// weight takes them, reporting whether it did (tq2 keeps its int8
-// activations; the plain kernel's formats have no fused steps).
-func (b *Backend) fusedMatvec(w model.Mat, dst, x model.Buf, o matvecOpts) bool {
+// FusedMatMul implements model.MatMulFuser with the shared-memory matvec
+// kernels: they gate and normalize x as they stage it and add their
+// output to dst; tq2 takes x as int8 there (its gate and norm first, both
+// at once). Weights the kernels do not take (the plain kernel's formats,
+// shapes not in whole chunks) report false.
+func (b *Backend) FusedMatMul(dst, x model.Buf, w model.Mat, f model.Fusion) bool {
 	m := w.(*gpuMat).m
-	if b.err != nil || m.Format == quantize.TQ2 {
+	o := matvecOpts{act: -1, accum: f.Add, int8: m.Format == quantize.TQ2}
+	if f.Act != "" {
+		g, err := gluOf(f.Act)
+		if err != nil {
+			return false
+		}
+		o.act, o.x2 = int(g), f.Up.(gpuBuf).b
+	}
+	if f.Norm != nil {
+		n := f.Norm.(*gpuMat).m
+		if n.Format != quantize.F32 || n.Cols != f.Dim || f.Dim != m.Cols {
+			return false
+		}
+		o.norm, o.eps = n.data, f.Eps
+		if f.PlusOne {
+			o.wAdd = 1
+		}
+	}
+	if b.err != nil {
 		return false
 	}
 	ok := false
 	b.op("matmul "+string(m.Format)+" fused", func() error {
-		if ok = b.d.canFuse(m); !ok {
+		if ok = b.d.canFuse(m, o); !ok {
 			return nil
 		}
 		return b.d.matvecWith(m, x.(gpuBuf).b, dst.(gpuBuf).b, o)

@@ -17,6 +17,12 @@ func grid2(x, y int) dim3 { return dim3{uint32(x), uint32(y), 1} }
 func argBuf(b Buffer) uint64  { return b.ptr }
 func argInt(v int) uint64     { return uint64(uint32(int32(v))) }
 func argF32(v float32) uint64 { return uint64(math.Float32bits(v)) }
+func argBool(v bool) uint64 {
+	if v {
+		return 1
+	}
+	return 0
+}
 
 // launch queues kernel name on the device's stream (device thread).
 func (d *Device) launch(name string, grid, block dim3, shared int, args ...uint64) error {

@@ -163,31 +163,47 @@ func (d *Device) matvec(m *Matrix, x, y Buffer) error {
 // matvecOpts are the shared-memory kernels' fused steps: the gated
 // activation act(x) * x2 (act >= 0) or the RMSNorm (norm set) applied to x
 // as it is staged, and the output added to y (accum) instead of stored.
+// int8 (tq2 only) takes x as BitNet's int8 activations, after the gate
+// and the norm, which may then both be set.
 type matvecOpts struct {
 	x2        Buffer
 	act       int
 	norm      Buffer
 	eps, wAdd float32
 	accum     bool
+	int8      bool
 }
 
 // fused says whether o asks for more than the plain product.
-func (o matvecOpts) fused() bool { return o.act >= 0 || o.norm.ptr != 0 || o.accum }
+func (o matvecOpts) fused() bool { return o.act >= 0 || o.norm.ptr != 0 || o.accum || o.int8 }
 
-// canFuse says whether m's product can take fused steps: it needs the
-// shared-memory kernel (device thread).
-func (d *Device) canFuse(m *Matrix) bool {
+// canFuse says whether m's product can take o's fused steps: it needs the
+// shared-memory kernel, and both a gate and a norm only with int8 x
+// (device thread).
+func (d *Device) canFuse(m *Matrix, o matvecOpts) bool {
 	mode := d.matvecMode
 	if mode == 0 {
 		mode = matvecKernel(m.Format, m.Rows)
 	}
-	return mode != matvecPlain && d.sharedKernel(m)
+	if o.int8 != (m.Format == quantize.TQ2) || (o.act >= 0 && o.norm.ptr != 0 && !o.int8) {
+		return false
+	}
+	return mode != matvecPlain && d.sharedKernel(m, o)
 }
 
 // sharedKernel says whether m's rows suit the shared-memory kernels:
 // 16-byte aligned, whole chunks, x fitting in shared memory.
-func (d *Device) sharedKernel(m *Matrix) bool {
-	return m.rowBytes%16 == 0 && m.blocks()%chunkBlocks(m.Format) == 0 && m.blocks()*32*4 <= d.maxShared
+func (d *Device) sharedKernel(m *Matrix, o matvecOpts) bool {
+	return m.rowBytes%16 == 0 && m.blocks()%chunkBlocks(m.Format) == 0 && stagedBytes(m, o) <= d.maxShared
+}
+
+// stagedBytes is the shared memory the shared-memory kernels stage x in:
+// 32 floats a block, and with int8 x its 32 bytes a block beside.
+func stagedBytes(m *Matrix, o matvecOpts) int {
+	if o.int8 {
+		return m.blocks() * 32 * 5
+	}
+	return m.blocks() * 32 * 4
 }
 
 // matvecWith is matvec with the fused steps of o (device thread).
@@ -195,12 +211,12 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 	nb := m.blocks()
 	args := []uint64{argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argF32(m.scale), argBuf(x), argBuf(y),
 		argInt(m.Rows), argInt(nb), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups())}
-	shared := nb * 32 * 4
+	shared := stagedBytes(m, o)
 	mode := d.matvecMode
 	if mode == 0 {
 		mode = matvecKernel(m.Format, m.Rows)
 	}
-	if mode != matvecPlain && d.sharedKernel(m) {
+	if mode != matvecPlain && d.sharedKernel(m, o) {
 		rows, warps := mode/100, mode%100
 		name := fmt.Sprintf("matvec_%s_s%dw%d", m.Format, rows, warps)
 		if shared > 48<<10 && d.sharedSet[name] < shared {
@@ -219,11 +235,8 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 			waves := (groups + per*d.sms - 1) / (per * d.sms)
 			grid = (groups + waves - 1) / waves
 		}
-		accum := 0
-		if o.accum {
-			accum = 1
-		}
-		args = append(args, argBuf(o.x2), argInt(o.act), argInt(m.Cols), argBuf(o.norm), argF32(o.eps), argF32(o.wAdd), argInt(accum))
+		args = append(args, argBuf(o.x2), argInt(o.act), argInt(m.Cols), argBuf(o.norm), argF32(o.eps), argF32(o.wAdd),
+			argBool(o.accum), argBool(o.int8))
 		return d.launchPDL(name, grid1(min(grid, groups)), grid1(32*warps), shared, args...)
 	}
 	if o.fused() {

@@ -317,79 +317,116 @@ func rotate(x []float32, hd, p int, inv []float32) {
 
 // TestMatVecFused checks the shared-memory kernels' fused steps against
 // float64: RMSNorm of x while staging (Gemma's +1 too), the gated
-// activation, and the output added to y, on shapes whose columns are and
-// are not whole 32-weight blocks.
+// activation, the output added to y, and for tq2 BitNet's int8 x after a
+// gate and a norm at once (ReLU^2, sub-norm), on shapes whose columns are
+// and are not whole 32-weight blocks.
 func TestMatVecFused(t *testing.T) {
 	d := openOrSkip(t)
 	r := rand.New(rand.NewPCG(33, 34))
-	for _, sh := range []struct{ rows, cols int }{{96, 48}, {64, 80}, {2560, 2048}} {
-		for _, f := range []quantize.Format{quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1} {
+	for _, sh := range []struct{ rows, cols int }{{96, 48}, {64, 80}, {64, 128}, {2560, 2048}} {
+		for _, f := range []quantize.Format{quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1, quantize.TQ2} {
 			t.Run(fmt.Sprintf("%s/%dx%d", f, sh.rows, sh.cols), func(t *testing.T) {
 				w, x, u := gaussian(r, sh.rows*sh.cols), gaussian(r, sh.cols), gaussian(r, sh.cols)
 				g, y0 := gaussian(r, sh.cols), gaussian(r, sh.rows)
 				qt, m := uploadQuantized(t, d, f, w, sh.rows, sh.cols)
-				var fusable bool
-				d.do(func() error { fusable = d.canFuse(m); return nil })
-				if !fusable {
-					t.Skipf("%s %dx%d takes the plain kernel, which fuses nothing", f, sh.rows, sh.cols)
-				}
 				// x's buffer continues with another row's values, as a
-				// token's row of a batch does: the norm must not read them.
+				// token's row of a batch does: the kernel must not read them.
 				nb := m.blocks() * 32
 				xb, ub, gb := up(t, d, append(x, gaussian(r, nb)...), 0), up(t, d, u, nb), up(t, d, g, nb)
-				product := func(in []float64) []float64 {
-					out := make([]float64, sh.rows)
-					for i := range out {
-						out[i] = qt.DotRef(i, in)
+				gated := func(act GLU) []float64 {
+					in := make([]float64, sh.cols)
+					for i := range in {
+						v := float64(x[i])
+						if act == SwiGLU {
+							in[i] = v / (1 + math.Exp(-v)) * float64(u[i])
+						} else {
+							in[i] = math.Max(v, 0) * math.Max(v, 0) * float64(u[i])
+						}
 					}
-					return out
+					return in
 				}
-				for _, tc := range []struct {
+				tq2 := f == quantize.TQ2
+				cases := []struct {
 					name string
 					o    matvecOpts
 					in   func() []float64
 				}{
-					{"norm", matvecOpts{act: -1, norm: gb, eps: 1e-5}, func() []float64 { return normRef(x, g, 0) }},
-					{"norm+1", matvecOpts{act: -1, norm: gb, eps: 1e-5, wAdd: 1}, func() []float64 { return normRef(x, g, 1) }},
-					{"silu", matvecOpts{x2: ub, act: int(SwiGLU)}, func() []float64 {
-						in := make([]float64, sh.cols)
-						for i := range in {
-							v := float64(x[i])
-							in[i] = v / (1 + math.Exp(-v)) * float64(u[i])
-						}
-						return in
-					}},
-					{"accum", matvecOpts{act: -1, accum: true}, func() []float64 { return f64(x) }},
-				} {
+					{"norm", matvecOpts{act: -1, norm: gb, eps: 1e-5, int8: tq2}, func() []float64 { return normRef(f64(x), g, 0) }},
+					{"norm+1", matvecOpts{act: -1, norm: gb, eps: 1e-5, wAdd: 1, int8: tq2}, func() []float64 { return normRef(f64(x), g, 1) }},
+					{"silu", matvecOpts{x2: ub, act: int(SwiGLU), int8: tq2}, func() []float64 { return gated(SwiGLU) }},
+					{"accum", matvecOpts{act: -1, accum: true, int8: tq2}, func() []float64 { return f64(x) }},
+				}
+				if tq2 {
+					cases = append(cases, struct {
+						name string
+						o    matvecOpts
+						in   func() []float64
+					}{"relu2+norm+accum", matvecOpts{x2: ub, act: int(ReLU2GLU), norm: gb, eps: 1e-5, accum: true, int8: true},
+						func() []float64 { return normRef(gated(ReLU2GLU), g, 0) }})
+				}
+				ran := 0
+				for _, tc := range cases {
+					var ok bool
+					d.do(func() error { ok = d.canFuse(m, tc.o); return nil })
+					if !ok {
+						continue // the plain kernel's shapes fuse nothing
+					}
+					ran++
 					yb := up(t, d, y0, 0)
 					run(t, d, func() error { return d.matvecWith(m, xb, yb, tc.o) })
-					ref := product(tc.in())
-					if tc.o.accum {
-						for i := range ref {
+					in := tc.in()
+					ref := make([]float64, sh.rows)
+					if tq2 {
+						in = int8Ref(in)
+					}
+					for i := range ref {
+						ref[i] = qt.DotRef(i, in)
+						if tc.o.accum {
 							ref[i] += float64(y0[i])
 						}
 					}
 					tol := 2e-5
-					if f == quantize.Q4 {
+					switch f {
+					case quantize.Q4:
 						tol = 3e-4 // x rounded to int16 (see TestMatVec)
+					case quantize.TQ2:
+						tol = 1e-3 // a float32 sum may round an int8 code the other way
 					}
 					check(t, tc.name, ref, down[float32](t, d, yb, sh.rows), tol)
+				}
+				if ran == 0 {
+					t.Skipf("%s %dx%d takes the plain kernel, which fuses nothing", f, sh.rows, sh.cols)
 				}
 			})
 		}
 	}
 }
 
+// int8Ref rounds x as BitNet's activations are: int8 by the absmax, back
+// to floats.
+func int8Ref(x []float64) []float64 {
+	am := 1e-5
+	for _, v := range x {
+		am = math.Max(am, math.Abs(v))
+	}
+	s := float64(float32(127 / am))
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = math.Max(-128, math.Min(127, math.RoundToEven(v*s))) / s
+	}
+	return out
+}
+
 // normRef is RMSNorm(x) * (g + add) in float64.
-func normRef(x, g []float32, add float64) []float64 {
+func normRef(x []float64, g []float32, add float64) []float64 {
 	var ss float64
 	for _, v := range x {
-		ss += float64(v) * float64(v)
+		ss += v * v
 	}
 	s := 1 / math.Sqrt(ss/float64(len(x))+1e-5)
 	out := make([]float64, len(x))
 	for i, v := range x {
-		out[i] = float64(v) * s * (float64(g[i]) + add)
+		out[i] = v * s * (float64(g[i]) + add)
 	}
 	return out
 }

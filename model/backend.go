@@ -127,29 +127,31 @@ type RopeAttender interface {
 	RopeAttention(out, q, k, v Buf, c KVCache, layer int, a AttnShape, invFreq Mat)
 }
 
-// GLUMatMuler is implemented by backends that apply the gated activation
-// while reading the down projection's input, one pass instead of two, for
-// one token.
-type GLUMatMuler interface {
-	// GLUMatMul computes dst = w (act(gate) * up) for one token and
-	// reports true, or queues nothing and reports false where it cannot
-	// for this weight.
-	GLUMatMul(dst, gate, up Buf, w Mat, act string) bool
+// MatMulFuser is implemented by backends that, for one token, fold the
+// steps around a product into it: the gated activation and RMSNorm that
+// make its input (it computes them as it reads x) and the residual add
+// after it (it adds its output to dst). Decode then needs no norm, gate or
+// add passes of its own.
+type MatMulFuser interface {
+	// FusedMatMul computes dst = w x' for one token, x' being x after f's
+	// gate and norm, adding to dst when f.Add; it reports false, queueing
+	// nothing, where it cannot (the caller then runs the plain operations).
+	FusedMatMul(dst, x Buf, w Mat, f Fusion) bool
 }
 
-// ResidualFuser is implemented by backends that, for one token, fold the
-// RMSNorm before a product into the product (it normalizes its input as
-// it reads it) and the residual add after a product into the product (it
-// adds its output to the residual stream), so decode needs no norm or add
-// passes. Each method reports false, queueing nothing, where it cannot
-// for this weight; the caller then runs the plain operations.
-type ResidualFuser interface {
-	// NormMatMul computes dst = w RMSNorm(x) (norm weights nw, over dim).
-	NormMatMul(dst, x Buf, nw, w Mat, dim int, eps float32, plusOne bool) bool
-	// MatMulAdd computes x += w a.
-	MatMulAdd(x, a Buf, w Mat) bool
-	// GLUMatMulAdd computes x += w (act(gate) * up).
-	GLUMatMulAdd(x, gate, up Buf, w Mat, act string) bool
+// Fusion lists the steps FusedMatMul folds into a product.
+type Fusion struct {
+	// Act, when set, gates x: act(x) * Up (the MLP's activation).
+	Act string
+	Up  Buf
+	// Norm, when set, RMS-normalizes x (after the gate) over Dim values
+	// with these weights (plus one where PlusOne, as Gemma stores them).
+	Norm    Mat
+	Dim     int
+	Eps     float32
+	PlusOne bool
+	// Add adds the product to dst (the residual add) instead of storing it.
+	Add bool
 }
 
 // AddNormer is implemented by backends that fuse the residual add with the

@@ -325,14 +325,17 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 
 	// The residual stream is x, plus xb2 while pending: a product's output
 	// waits to be added with the next norm (one kernel where the backend
-	// fuses them, AddNormer). A backend that folds the norm into the
-	// product after it and the residual add into the product before it
-	// (ResidualFuser, decode) leaves nothing pending and needs no norm or
-	// add kernels at all.
+	// fuses them, AddNormer). A backend that folds norms, gates and
+	// residual adds into the products (MatMulFuser, decode) leaves nothing
+	// pending and needs no norm, gate or add kernels at all.
 	an, addNormFused := be.(AddNormer)
-	rf, _ := be.(ResidualFuser)
-	if n != 1 || c.SubNorms {
-		rf = nil
+	fz, _ := be.(MatMulFuser)
+	if n != 1 {
+		fz = nil
+	}
+	fused := func(dst, x Buf, w Mat, f Fusion) bool { return fz != nil && fz.FusedMatMul(dst, x, w, f) }
+	normOf := func(w Mat, d int, plusOne bool) Fusion {
+		return Fusion{Norm: w, Dim: d, Eps: eps, PlusOne: plusOne}
 	}
 	pending := false
 	// norm makes xb the RMSNorm of the residual stream.
@@ -348,13 +351,25 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 		}
 		pending = false
 	}
-	// normMatMul is dst = w RMSNorm(residual), for one token.
-	normMatMul := func(dst Buf, nw, w Mat) {
-		if !pending && rf != nil && rf.NormMatMul(dst, s.x, nw, w, dim, eps, c.NormPlusOne) {
-			return
+	// normMatMul queues dst = w RMSNorm(residual) for each (dst, w) pair:
+	// one kernel each where the backend folds the norm in, else one norm
+	// and the products.
+	type product struct {
+		dst Buf
+		w   Mat
+	}
+	normMatMul := func(nw Mat, ps ...product) {
+		normed := false // xb holds this norm
+		for _, p := range ps {
+			if !pending && fused(p.dst, s.x, p.w, normOf(nw, dim, c.NormPlusOne)) {
+				continue
+			}
+			if !normed {
+				norm(nw)
+				normed = true
+			}
+			be.MatMul(p.dst, s.xb, p.w, n)
 		}
-		norm(nw)
-		be.MatMul(dst, s.xb, w, n)
 	}
 	// flush adds a pending product to x.
 	flush := func() {
@@ -363,6 +378,7 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 			pending = false
 		}
 	}
+	ra, ropeAttn := be.(RopeAttender)
 	for l, w := range s.layers {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -371,30 +387,30 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 		// over the cache, (BitNet: sub-norm), output projection, residual.
 		q, k, v := s.q, s.k, s.v
 		if n == 1 && w.qkv != nil && s.qkv != nil {
-			// Decode with fused weights: one product, one rotation of q and
-			// k (inside the attention where the backend folds it in).
+			// Decode with fused weights: one product.
 			kvDim := c.NumKVHeads * c.HeadDim
-			normMatMul(s.qkv, w.attnNorm, w.qkv)
+			normMatMul(w.attnNorm, product{s.qkv, w.qkv})
 			q, k, v = be.View(s.qkv, 0, qDim), be.View(s.qkv, qDim, kvDim), be.View(s.qkv, qDim+kvDim, kvDim)
-			if ra, ok := be.(RopeAttender); ok {
-				ra.RopeAttention(s.att, q, k, v, s.cache, l, shape, s.invFreq)
-			} else {
-				be.Rope(be.View(s.qkv, 0, qDim+kvDim), 1, c.NumHeads+c.NumKVHeads, c.HeadDim, s.invFreq)
-				be.Attention(s.att, q, k, v, s.cache, l, n, shape)
-			}
 		} else {
-			norm(w.attnNorm)
-			be.MatMul(q, s.xb, w.wq, n)
-			be.MatMul(k, s.xb, w.wk, n)
-			be.MatMul(v, s.xb, w.wv, n)
+			normMatMul(w.attnNorm, product{q, w.wq}, product{k, w.wk}, product{v, w.wv})
+		}
+		if n == 1 && ropeAttn {
+			// the rotation of q and k inside the attention
+			ra.RopeAttention(s.att, q, k, v, s.cache, l, shape, s.invFreq)
+		} else {
 			be.Rope(q, n, c.NumHeads, c.HeadDim, s.invFreq)
 			be.Rope(k, n, c.NumKVHeads, c.HeadDim, s.invFreq)
 			be.Attention(s.att, q, k, v, s.cache, l, n, shape)
 		}
+		of := Fusion{Add: true}
 		if c.SubNorms {
-			be.RMSNorm(s.att, s.att, w.attnSub, n, qDim, eps, false)
+			of = normOf(w.attnSub, qDim, false)
+			of.Add = true
 		}
-		if rf == nil || !rf.MatMulAdd(s.x, s.att, w.wo) {
+		if pending || !fused(s.x, s.att, w.wo, of) {
+			if c.SubNorms {
+				be.RMSNorm(s.att, s.att, w.attnSub, n, qDim, eps, false)
+			}
 			be.MatMul(s.xb2, s.att, w.wo, n)
 			pending = true
 		}
@@ -403,20 +419,18 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 		// residual.
 		gate, up := s.gate, s.up
 		if n == 1 && w.gateUp != nil && s.gateUp != nil {
-			normMatMul(s.gateUp, w.ffnNorm, w.gateUp)
+			normMatMul(w.ffnNorm, product{s.gateUp, w.gateUp})
 			gate, up = be.View(s.gateUp, 0, ffn), be.View(s.gateUp, ffn, ffn)
 		} else {
-			norm(w.ffnNorm)
-			be.MatMul(gate, s.xb, w.gate, n)
-			be.MatMul(up, s.xb, w.up, n)
+			normMatMul(w.ffnNorm, product{gate, w.gate}, product{up, w.up})
 		}
-		gm, glu := be.(GLUMatMuler)
-		switch {
-		case rf != nil && rf.GLUMatMulAdd(s.x, gate, up, w.down, c.Activation):
-			// act(gate) * up while the down projection reads it, added to x
-		case glu && n == 1 && !c.SubNorms && gm.GLUMatMul(s.xb2, gate, up, w.down, c.Activation):
-			pending = true
-		default:
+		df := Fusion{Add: true}
+		if c.SubNorms {
+			df = normOf(w.ffnSub, ffn, false)
+			df.Add = true
+		}
+		df.Act, df.Up = c.Activation, up
+		if pending || !fused(s.x, gate, w.down, df) {
 			be.GLU(gate, gate, up, n*ffn, c.Activation)
 			if c.SubNorms {
 				be.RMSNorm(gate, gate, w.ffnSub, n, ffn, eps, false)
@@ -437,7 +451,7 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 		return nil
 	}
 	x := be.View(s.x, from*dim, rows*dim)
-	if rows == 1 && rf != nil && rf.NormMatMul(s.logits, x, s.norm, s.output, dim, eps, c.NormPlusOne) {
+	if rows == 1 && fused(s.logits, x, s.output, normOf(s.norm, dim, c.NormPlusOne)) {
 		return nil
 	}
 	xb := be.View(s.xb, 0, rows*dim)

@@ -2,22 +2,19 @@ package model
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"lowbit/internal/fixture"
 )
 
-// fusingCPU is the CPU backend plus the optional fused operations
-// (Fuser for float weights, ResidualFuser), each written as the plain
-// operations it stands for, so a test can check that the forward pass
-// uses them rightly.
+// fusingCPU is the CPU backend plus the optional fusions (Fuser for float
+// weights, MatMulFuser), each written as the plain operations it stands
+// for, so a test can check that the forward pass uses them rightly.
 type fusingCPU struct {
 	*CPU
-	tmp  Buf
 	used map[string]int
 }
-
-func (f *fusingCPU) scratch(n int) Buf { return f.View(f.tmp, 0, n) }
 
 func (f *fusingCPU) Fuse(parts ...Mat) (Mat, bool) {
 	var rows, cols int
@@ -33,83 +30,87 @@ func (f *fusingCPU) Fuse(parts ...Mat) (Mat, bool) {
 	return prepare(FloatWeight(rows, cols, all)), true
 }
 
-func (f *fusingCPU) NormMatMul(dst, x Buf, nw, w Mat, dim int, eps float32, plusOne bool) bool {
-	f.used["norm"]++
-	t := f.scratch(dim)
-	f.RMSNorm(t, x, nw, 1, dim, eps, plusOne)
-	f.MatMul(dst, t, w, 1)
+func (f *fusingCPU) FusedMatMul(dst, x Buf, w Mat, fu Fusion) bool {
+	wt := w.(*cpuMat).w
+	in, err := f.Alloc(wt.Cols)
+	if err != nil {
+		panic(err)
+	}
+	copy(in.(cpuBuf), x.(cpuBuf)[:wt.Cols])
+	if fu.Act != "" {
+		f.used["gate"]++
+		f.GLU(in, in, fu.Up, wt.Cols, fu.Act)
+	}
+	if fu.Norm != nil {
+		f.used["norm"]++
+		f.RMSNorm(in, in, fu.Norm, 1, fu.Dim, fu.Eps, fu.PlusOne)
+	}
+	out, _ := f.Alloc(wt.Rows)
+	f.MatMul(out, in, w, 1)
+	if fu.Add {
+		f.used["add"]++
+		f.Add(dst, out, wt.Rows)
+	} else {
+		copy(dst.(cpuBuf), out.(cpuBuf)[:wt.Rows])
+	}
 	return true
 }
 
-func (f *fusingCPU) MatMulAdd(x, a Buf, w Mat) bool {
-	f.used["add"]++
-	rows := w.(*cpuMat).w.Rows
-	t := f.scratch(rows)
-	f.MatMul(t, a, w, 1)
-	f.Add(x, t, rows)
-	return true
-}
-
-func (f *fusingCPU) GLUMatMulAdd(x, gate, up Buf, w Mat, act string) bool {
-	f.used["glu"]++
-	n, rows := w.(*cpuMat).w.Cols, w.(*cpuMat).w.Rows
-	g := f.scratch(n)
-	f.GLU(g, gate, up, n, act)
-	t, _ := f.Alloc(rows)
-	f.MatMul(t, g, w, 1)
-	f.Add(x, t, rows)
-	return true
-}
-
-// TestResidualFuser decodes with a backend that fuses norms into the
-// products after them and residual adds into the products before them:
-// the logits equal the plain CPU's, and every fused operation was used.
-func TestResidualFuser(t *testing.T) {
-	ctx := context.Background()
-	m, err := Load(ctx, writeFixture(t, fixture.Llama()), LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cpu := NewCPU(1)
-	tmp, err := cpu.Alloc(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fb := &fusingCPU{CPU: cpu, tmp: tmp, used: map[string]int{}}
-	plain, err := m.NewSession(SessionOptions{Backend: NewCPU(1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fused, err := m.NewSession(SessionOptions{Backend: fb})
-	if err != nil {
-		t.Fatal(err)
-	}
-	toks := []int{1, 7, 8, 9}
-	if _, err := plain.Forward(ctx, toks[:3]); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := fused.Forward(ctx, toks[:3]); err != nil {
-		t.Fatal(err)
-	}
-	for i, tok := range []int{9, 4, 11} {
-		want, err := plain.Forward(ctx, []int{tok})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := fused.Forward(ctx, []int{tok})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for j := range want {
-			if d := got[j] - want[j]; d > 1e-5 || d < -1e-5 {
-				t.Fatalf("step %d: logit %d = %v, want %v", i, j, got[j], want[j])
+// TestMatMulFuser decodes with a backend that folds norms, gates and
+// residual adds into the products: the logits equal the plain CPU's, and
+// every fusion was used as often as a layer has places for it (Llama:
+// norms before q/k/v and gate/up; BitNet also its two sub-norms).
+func TestMatMulFuser(t *testing.T) {
+	bitnet := fixture.Llama()
+	bitnet.Arch = "BitNetForCausalLM"
+	for _, tc := range []struct {
+		spec  fixture.Spec
+		norms int // a layer
+	}{
+		{fixture.Llama(), 2},
+		{bitnet, 4},
+	} {
+		t.Run(tc.spec.Arch, func(t *testing.T) {
+			ctx := context.Background()
+			m, err := Load(ctx, writeFixture(t, tc.spec), LoadOptions{})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-	}
-	// Per step: a norm before q/k/v and gate/up in each layer and the
-	// head's; an add after o and down in each layer.
-	layers := m.Config.NumLayers
-	if fb.used["norm"] != 3*(2*layers+1) || fb.used["add"] != 3*layers || fb.used["glu"] != 3*layers {
-		t.Fatalf("fused operations used %v, want norm %d, add and glu %d each", fb.used, 3*(2*layers+1), 3*layers)
+			fb := &fusingCPU{CPU: NewCPU(1), used: map[string]int{}}
+			plain, err := m.NewSession(SessionOptions{Backend: NewCPU(1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fused, err := m.NewSession(SessionOptions{Backend: fb})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range []*Session{plain, fused} {
+				if _, err := s.Forward(ctx, []int{1, 7, 8}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, tok := range []int{9, 4, 11} {
+				want, err := plain.Forward(ctx, []int{tok})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := fused.Forward(ctx, []int{tok})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for j := range want {
+					if d := got[j] - want[j]; d > 1e-5 || d < -1e-5 {
+						t.Fatalf("step %d: logit %d = %v, want %v", i, j, got[j], want[j])
+					}
+				}
+			}
+			// Per step and layer: the norms (the head's too), two adds, one gate.
+			l := m.Config.NumLayers
+			want := fmt.Sprint(map[string]int{"norm": 3 * (tc.norms*l + 1), "add": 3 * 2 * l, "gate": 3 * l})
+			if got := fmt.Sprint(fb.used); got != want {
+				t.Fatalf("fusions used %s, want %s", got, want)
+			}
+		})
 	}
 }

@@ -209,13 +209,15 @@ __device__ __forceinline__ void load_chunk(const uint8_t* p, uint32_t* w) {
 // real, the rest of the last block zero. With nw it stages RMSNorm(x) (the
 // norm before the product; past cols, zeros); with accum it adds its output to y (the
 // residual add after the product: each row is read and written by the
-// lane that computes it, and no block stages y).
+// lane that computes it, and no block stages y). With qx (tq2 only) it
+// takes x as BitNet's int8 activations, after the gate and the norm (which
+// may then both be set).
 template <int FMT, int SROWS, int NW>
 __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
                         const __half* __restrict__ mins, float tscale, const float* __restrict__ x,
                         float* __restrict__ y, int rows, int nb, int row_bytes, int gb, int ng,
                         const float* __restrict__ x2, int act, int cols, const float* __restrict__ nw,
-                        float eps, float w_add, int accum) {
+                        float eps, float w_add, int accum, int qx) {
     constexpr int CB = chunk_blocks<FMT>(), U = chunk_u4<FMT>(), BW = 4 * U / CB;
     constexpr bool PF = U <= 2;
     constexpr bool SC = FMT == Q8 || FMT == Q4 || FMT == Q2 || FMT == Q1;
@@ -224,6 +226,9 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     // under 2^-15 of the block's largest value): its integer dot products
     // cost a third of the float ones, which bound q4 below the bandwidth.
     constexpr bool I16 = FMT == Q4;
+    // tq2 with qx takes x as BitNet does: int8 by the vector's absmax
+    // (after the gate and norm), integer dot products (dp4a).
+    const bool I8 = FMT == TQ2 && qx;
     extern __shared__ float4 xsh[];
     const int nch = nb / CB;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -267,7 +272,7 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     // With nw, x is normalized as it is staged: x / rms(x) * (nw + w_add)
     // over its cols values (the RMSNorm before the product).
     float rinv = 1.f;
-    if (nw != nullptr) {
+    if (nw != nullptr && !I8) {
         __shared__ float red[32];
         float ss = 0.f;
         for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
@@ -284,7 +289,71 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
         for (int w = 0; w < NW; w++) ss += red[w];
         rinv = rsqrtf(ss / (float)cols + eps);
     }
-    if (I16) {
+    float xscale8 = 0.f;  // I8: x = q * xscale8
+    if (I8) {
+        // Three passes over x in shared memory: gate (and the sum of
+        // squares), norm (and the absmax), int8 as the quantize_i8 kernel
+        // rounds it. F: floats in order; Q: int8, chunk c's 64 values as
+        // 4 uint4 at Q[k*nch + c].
+        __shared__ float red8[32];
+        float4* F = xsh;
+        int* Q = reinterpret_cast<int*>(xsh + nb * 8);
+        auto reduce = [&](float v, bool mx) {
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                const float u = __shfl_xor_sync(0xffffffffu, v, o);
+                v = mx ? fmaxf(v, u) : v + u;
+            }
+            __syncthreads();
+            if (lane == 0) red8[warp] = v;
+            __syncthreads();
+            v = 0.f;
+            for (int w = 0; w < NW; w++) v = mx ? fmaxf(v, red8[w]) : v + red8[w];
+            return v;
+        };
+        float ss = 0.f;
+        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
+            float4 v = reinterpret_cast<const float4*>(x)[i];
+            float e[4] = {v.x, v.y, v.z, v.w};
+            float u[4] = {0.f, 0.f, 0.f, 0.f};
+            if (act >= 0) {
+                const float4 uu = reinterpret_cast<const float4*>(x2)[i];
+                u[0] = uu.x, u[1] = uu.y, u[2] = uu.z, u[3] = uu.w;
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                e[j] = 4 * i + j < cols ? (act >= 0 ? glu_act(e[j], u[j], act) : e[j]) : 0.f;
+                ss += e[j] * e[j];
+            }
+            F[i] = make_float4(e[0], e[1], e[2], e[3]);
+        }
+        if (nw != nullptr) rinv = rsqrtf(reduce(ss, false) / (float)cols + eps);
+        float am = 0.f;
+        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
+            float4 v = F[i];
+            if (nw != nullptr) {
+                const float4 g = reinterpret_cast<const float4*>(nw)[i];
+                v.x = v.x * rinv * (g.x + w_add), v.y = v.y * rinv * (g.y + w_add);
+                v.z = v.z * rinv * (g.z + w_add), v.w = v.w * rinv * (g.w + w_add);
+                F[i] = v;
+            }
+            am = fmaxf(am, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+        }
+        const float sc = __fdiv_rn(127.f, fmaxf(reduce(am, true), 1e-5f));
+        xscale8 = __fdiv_rn(1.f, sc);
+        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
+            const float4 v = F[i];
+            const float e[4] = {v.x, v.y, v.z, v.w};
+            uint32_t word = 0;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float r = fminf(fmaxf(rintf(__fmul_rn(e[j], sc)), -128.f), 127.f);
+                word |= (uint32_t)(uint8_t)(int8_t)r << (8 * j);
+            }
+            const int c = i >> 4, o = i & 15;  // chunk, int within its 64 bytes
+            Q[((o >> 2) * nch + c) * 4 + (o & 3)] = (int)word;
+        }
+    } else if (I16) {
         // q4: x as int16 per 32-weight block, a thread a block: uint4 k
         // (elements 8k..8k+7) of block b at xq[k*nb + b], then the block's
         // scale and its float sum (for the mins).
@@ -373,8 +442,9 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
         if (!have) continue;
         const int row0 = grp * SROWS * NW + warp * SROWS;
         float acc[SROWS];
+        int iacc[SROWS];  // I8: integer sums
 #pragma unroll
-        for (int r = 0; r < SROWS; r++) acc[r] = 0.f;
+        for (int r = 0; r < SROWS; r++) acc[r] = 0.f, iacc[r] = 0;
         int c = lane;
         if (PF && !loaded && c < nch) load_all(c, nxt, nsc, nmn);
         loaded = false;
@@ -398,6 +468,31 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
                 }
             } else {
                 load_all(c, cur, csc, cmn);
+            }
+            if (FMT == TQ2 && I8) {  // codes are t+1: sum(t*q) = sum(code*q) - sum(q)
+                const uint4* xq = reinterpret_cast<const uint4*>(xsh + nb * 8);
+                int xw[16];
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const uint4 v = xq[q * nch + c];
+                    xw[4 * q] = v.x, xw[4 * q + 1] = v.y, xw[4 * q + 2] = v.z, xw[4 * q + 3] = v.w;
+                }
+                int xs = 0;
+#pragma unroll
+                for (int i = 0; i < 16; i++) xs = __dp4a(0x01010101, xw[i], xs);
+#pragma unroll
+                for (int r = 0; r < SROWS; r++) {
+                    int sd = -xs;
+#pragma unroll
+                    for (int j = 0; j < 2; j++)
+#pragma unroll
+                        for (int k = 0; k < 2; k++)
+#pragma unroll
+                            for (int sh = 0; sh < 4; sh++)
+                                sd = __dp4a((int)((cur[r][2 * j + k] >> (2 * sh)) & 0x03030303u), xw[8 * j + 2 * sh + k], sd);
+                    iacc[r] += sd;
+                }
+                continue;
             }
             if (I16) {  // q4 with int16 x: integer dot products (dp2a), 8 weights in 6 instructions
                 const uint4* xq = reinterpret_cast<const uint4*>(xsh);
@@ -454,12 +549,15 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
 #pragma unroll
         for (int r = 0; r < SROWS; r++)
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+            for (int o = 16; o > 0; o >>= 1) {
+                acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+                if (I8) iacc[r] += __shfl_xor_sync(0xffffffffu, iacc[r], o);
+            }
         if (lane == 0)
 #pragma unroll
             for (int r = 0; r < SROWS; r++)
                 if (row0 + r < rows) {
-                    const float v = FMT == TQ2 ? acc[r] * tscale : acc[r];
+                    const float v = I8 ? (float)iacc[r] * tscale * xscale8 : FMT == TQ2 ? acc[r] * tscale : acc[r];
                     y[row0 + r] = accum ? y[row0 + r] + v : v;
                 }
     }
@@ -477,9 +575,9 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
         matvec_##fmt##_s##R##w##W(const uint8_t* W_, const __half* scales, const __half* mins, float tscale,  \
                                   const float* x, float* y, int rows, int nb, int row_bytes, int gb, int ng,  \
                                   const float* x2, int act, int cols, const float* nw, float eps,             \
-                                  float w_add, int accum) {                                                   \
+                                  float w_add, int accum, int qx) {                                           \
         matvecs<FMT, R, W>(W_, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng, x2, act, cols, nw, eps, \
-                           w_add, accum);                                                                     \
+                           w_add, accum, qx);                                                                 \
     }
 #define MATVEC_ALL(fmt, FMT)                                                                                  \
     MATVEC(matvec_##fmt##_32, FMT, 32) MATVEC(matvec_##fmt##_64, FMT, 64) MATVEC(matvec_##fmt##_128, FMT, 128) \
