@@ -114,3 +114,23 @@ func TestRunCPU(t *testing.T) {
 		t.Fatal("depth beyond the context accepted")
 	}
 }
+
+// TestRandomModelTernaryHead checks that the BitNet shape in tq2 keeps its
+// tied embedding table and head at 8 bits, as conversion makes them, so
+// the weight bytes a token reads match the real model's.
+func TestRandomModelTernaryHead(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a 2B-parameter random model")
+	}
+	m, err := RandomModel(context.Background(), "bitnet-2b", quantize.TQ2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := m.Weights["model.embed_tokens.weight"]
+	if e == nil || e.Q == nil || e.Q.Format != quantize.Q8 {
+		t.Fatalf("embedding/head %+v, want q8", e)
+	}
+	if q := m.Weights["model.layers.0.mlp.down_proj.weight"]; q == nil || q.Q == nil || q.Q.Format != quantize.TQ2 {
+		t.Fatalf("down_proj not tq2")
+	}
+}

@@ -48,7 +48,8 @@ func Shapes() []string {
 // RandomModel builds a model of the named shape whose matrices are random
 // codes in format f (scales sized so activations stay finite): speed does
 // not depend on the values, and no file is read. The embedding table is
-// q8 (one row is read per token); norms are ones.
+// q8 (one row is read per token), and so is a ternary model's tied table
+// and head; norms are ones.
 func RandomModel(ctx context.Context, shape string, f quantize.Format, seed uint64) (*model.Model, error) {
 	cfg, ok := shapeConfigs[shape]
 	if !ok {
@@ -77,7 +78,9 @@ func RandomModel(ctx context.Context, shape string, f quantize.Format, seed uint
 			}
 			rows, cols := int(shp[0]), int(shp[1])
 			tf := f
-			if name == "model.embed_tokens.weight" && !cfg.TieEmbeddings {
+			if name == "model.embed_tokens.weight" && (!cfg.TieEmbeddings || f == quantize.TQ2) {
+				// An untied table is only looked up; a ternary model keeps
+				// its (tied) table and head at 8 bits, as convert makes it.
 				tf = quantize.Q8
 			}
 			t, err := randomTensor(tf, rows, cols, seed+uint64(i))
