@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"lowbit/half"
 	"lowbit/internal/fixture"
 	"lowbit/model"
 	"lowbit/quantize"
@@ -40,7 +41,7 @@ func TestRandomModelUnknownShape(t *testing.T) {
 		t.Fatal("unknown shape accepted")
 	}
 	if _, err := RandomModel(context.Background(), "tinyllama", quantize.F32, 1); err == nil {
-		t.Fatal("float format accepted")
+		t.Fatal("f32 accepted")
 	}
 	for _, name := range Shapes() {
 		if err := shapeConfigs[name].Check(); err != nil {
@@ -132,5 +133,24 @@ func TestRandomModelTernaryHead(t *testing.T) {
 	}
 	if q := m.Weights["model.layers.0.mlp.down_proj.weight"]; q == nil || q.Q == nil || q.Q.Format != quantize.TQ2 {
 		t.Fatalf("down_proj not tq2")
+	}
+}
+
+// TestRandomHalf checks the f16 random weights: exactly representable in
+// f16, marked Half (2 bytes a value), small and not all zero.
+func TestRandomHalf(t *testing.T) {
+	w := randomHalf(3, 64, 1)
+	if !w.Half || w.Format() != quantize.F16 || w.Bytes() != 3*64*2 {
+		t.Fatalf("weight %v %s %d bytes", w.Half, w.Format(), w.Bytes())
+	}
+	var ss float64
+	for _, v := range w.F32 {
+		if half.Round16(v) != v {
+			t.Fatalf("%v is not an f16 value", v)
+		}
+		ss += float64(v) * float64(v)
+	}
+	if ss == 0 || ss > 3 {
+		t.Fatalf("sum of squares %v", ss)
 	}
 }

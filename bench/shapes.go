@@ -46,8 +46,8 @@ func Shapes() []string {
 }
 
 // RandomModel builds a model of the named shape whose matrices are random
-// codes in format f (scales sized so activations stay finite): speed does
-// not depend on the values, and no file is read. The embedding table is
+// codes in format f, or f16 floats (scales sized so activations stay
+// finite): speed does not depend on the values, and no file is read. The embedding table is
 // q8 (one row is read per token), and so is a ternary model's tied table
 // and head; norms are ones.
 func RandomModel(ctx context.Context, shape string, f quantize.Format, seed uint64) (*model.Model, error) {
@@ -55,8 +55,8 @@ func RandomModel(ctx context.Context, shape string, f quantize.Format, seed uint
 	if !ok {
 		return nil, fmt.Errorf("bench: unknown shape %q (want %s)", shape, strings.Join(Shapes(), ", "))
 	}
-	if !f.Quantized() {
-		return nil, fmt.Errorf("bench: random models are quantized: want q1, q2, q4, q8 or tq2, not %s", f)
+	if !f.Quantized() && f != quantize.F16 {
+		return nil, fmt.Errorf("bench: random models are f16 or quantized: want f16, q1, q2, q4, q8 or tq2, not %s", f)
 	}
 	names := cfg.ExpectedTensors()
 	weights := make([]*model.Weight, len(names))
@@ -77,6 +77,10 @@ func RandomModel(ctx context.Context, shape string, f quantize.Format, seed uint
 				return nil
 			}
 			rows, cols := int(shp[0]), int(shp[1])
+			if f == quantize.F16 {
+				weights[i] = randomHalf(rows, cols, seed+uint64(i))
+				return nil
+			}
 			tf := f
 			if name == "model.embed_tokens.weight" && (!cfg.TieEmbeddings || f == quantize.TQ2) {
 				// An untied table is only looked up; a ternary model keeps
@@ -148,4 +152,18 @@ func randomTensor(f quantize.Format, rows, cols int, seed uint64) (*quantize.Ten
 		}
 	}
 	return t, t.Validate()
+}
+
+// randomHalf is a float matrix of values f16 holds exactly, about
+// 1/sqrt(cols) in size, marked to stay in 16 bits on the device.
+func randomHalf(rows, cols int, seed uint64) *model.Weight {
+	r := rand.New(rand.NewPCG(seed, 0x6c6f77626974))
+	w := make([]float32, rows*cols)
+	s := float32(1 / math.Sqrt(float64(cols)))
+	for i := range w {
+		w[i] = half.Round16((r.Float32()*2 - 1) * s)
+	}
+	x := model.FloatWeight(rows, cols, w)
+	x.Half = true
+	return x
 }

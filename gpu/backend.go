@@ -163,8 +163,9 @@ func (b *Backend) WeightBytes() int64 {
 	return n
 }
 
-// Upload implements model.Backend: float weights as f32 (rows padded to
-// whole 32-weight blocks), quantized ones packed as they are. A weight
+// Upload implements model.Backend: float weights as f32, or f16 where
+// marked Half (rows padded to whole 32-weight blocks), quantized ones
+// packed as they are. A weight
 // uploaded twice (a tied output head) is stored once.
 func (b *Backend) Upload(w *model.Weight) (model.Mat, error) {
 	if w == nil {
@@ -175,9 +176,12 @@ func (b *Backend) Upload(w *model.Weight) (model.Mat, error) {
 	}
 	var m *Matrix
 	var err error
-	if w.Q != nil {
+	switch {
+	case w.Q != nil:
 		m, err = b.d.Upload(w.Q)
-	} else {
+	case w.Half:
+		m, err = b.d.UploadFloat(quantize.F16, w.F32, w.Rows, w.Cols)
+	default:
 		m, err = b.d.UploadFloat(quantize.F32, w.F32, w.Rows, w.Cols)
 	}
 	if err != nil {

@@ -26,6 +26,10 @@ type Weight struct {
 	F32 []float32
 	// Q holds the packed weight when it is quantized.
 	Q *quantize.Tensor
+	// Half keeps a float matrix in 16-bit floats where the backend can (the
+	// GPU: f16, half the bytes a token reads); F32 then holds values that
+	// f16 represents exactly, and the CPU computes with them as they are.
+	Half bool
 }
 
 // FloatWeight wraps a [rows, cols] float32 matrix.
@@ -38,17 +42,24 @@ func QuantWeight(t *quantize.Tensor) *Weight {
 	return &Weight{Rows: t.Rows, Cols: t.Cols, Q: t}
 }
 
-// Format is the storage format of the weight (f32 for float weights).
+// Format is the storage format of the weight (f32 for float weights, f16
+// for Half ones).
 func (w *Weight) Format() quantize.Format {
-	if w.Q != nil {
+	switch {
+	case w.Q != nil:
 		return w.Q.Format
+	case w.Half:
+		return quantize.F16
 	}
 	return quantize.F32
 }
 
-// Bytes is the memory the weight's data takes.
+// Bytes is the memory the weight's data takes (in its Format).
 func (w *Weight) Bytes() int64 {
 	if w.Q == nil {
+		if w.Half {
+			return int64(len(w.F32)) * 2
+		}
 		return int64(len(w.F32)) * 4
 	}
 	return int64(len(w.Q.Data) + 2*len(w.Q.Scales) + 2*len(w.Q.Mins) + 4)

@@ -33,7 +33,8 @@ the weight bytes a generated token reads, the bandwidth that achieves, and on a 
 the device's copy bandwidth (the roofline) and its memory by kind.
 
 Without a model, --shape builds models of real architectures' exact shapes with
-random weights in --bits (no download): tinyllama, llama2-7b, bitnet-2b (ternary).
+random weights in --bits (no download): tinyllama, llama2-7b, bitnet-2b (ternary);
+--bits f16 gives the unquantized baseline (f16 on the GPU, float32 on the CPU).
 Both take comma-separated lists.`,
 		Example: `  lowbit bench ./tinyllama-q4
   lowbit bench --shape tinyllama,llama2-7b --bits 4,8 -p 512 -n 128
@@ -49,7 +50,7 @@ Both take comma-separated lists.`,
 	fl.IntVarP(&f.depth, "depth", "d", 0, "tokens already in the context when each test starts")
 	fl.IntVarP(&f.reps, "repetitions", "r", 5, "timed repetitions of each test")
 	fl.StringSliceVar(&f.shapes, "shape", nil, "random model of this shape instead of a model: "+strings.Join(bench.Shapes(), ", "))
-	fl.StringSliceVar(&f.bits, "bits", []string{"4"}, "format of a --shape model: 1, 2, 4, 8 or tq2")
+	fl.StringSliceVar(&f.bits, "bits", []string{"4"}, "format of a --shape model: 1, 2, 4, 8, tq2 or f16 (16-bit floats on the GPU)")
 	fl.StringVar(&f.device, "device", "auto", "where to run: cuda, cpu or auto")
 	fl.BoolVar(&f.asJSON, "json", false, "print the results as JSON")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress lines")
