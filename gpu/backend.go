@@ -34,7 +34,8 @@ type Backend struct {
 	i8    map[int]Buffer
 	scale Buffer
 
-	idx Buffer // argmax's result
+	idx  Buffer // argmax's result
+	topk Buffer // TopK's results (kept for the next step)
 
 	fused []*Matrix // joined weights (Fuse); parts are views into them
 
@@ -135,8 +136,15 @@ func (b *Backend) Close() {
 		}
 		for _, c := range b.caches {
 			b.d.pool.release(c.all)
+			if c.dec != nil {
+				b.d.pool.release(c.dec.part)
+				b.d.pool.release(c.dec.count)
+			}
+			if c.rope.ptr != 0 {
+				b.d.pool.release(c.rope)
+			}
 		}
-		for _, x := range append(b.bufs, b.step, b.scale, b.idx) {
+		for _, x := range append(b.bufs, b.step, b.scale, b.idx, b.topk) {
 			if x.ptr != 0 {
 				b.d.pool.release(x)
 			}

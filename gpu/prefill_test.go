@@ -2,9 +2,11 @@ package gpu
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sort"
 	"strings"
 	"testing"
 
@@ -445,4 +447,91 @@ func uploadQuantized(t *testing.T, d *Device, f quantize.Format, w []float32, ro
 	}
 	t.Cleanup(func() { d.FreeMatrix(m) })
 	return qt, m
+}
+
+// TestTopK checks the device's candidates against a stable sort on the
+// host: the k largest by value then index, the softmax denominator, the
+// exactness flag; with ties, NaNs and -Inf; and a pattern that puts more
+// of the top into one thread's share than it keeps, which must say so.
+func TestTopK(t *testing.T) {
+	d := openOrSkip(t)
+	r := rand.New(rand.NewPCG(35, 36))
+	for _, tc := range []struct {
+		name      string
+		n, k      int
+		fill      func(x []float32)
+		wantExact bool
+	}{
+		{"random-32000", 32000, 256, func(x []float32) {
+			for i := range x {
+				x[i] = float32(r.NormFloat64() * 4)
+			}
+			x[10], x[11], x[12000] = x[9], x[9], float32(math.NaN())
+			x[13] = float32(math.Inf(-1))
+		}, true},
+		{"random-128256", 128256, 256, func(x []float32) {
+			for i := range x {
+				x[i] = float32(r.NormFloat64())
+			}
+		}, true},
+		{"all-equal", 32000, 256, func(x []float32) {
+			for i := range x {
+				x[i] = 1.5
+			}
+		}, true},
+		{"one-thread-holds-the-top", 32000, 256, func(x []float32) {
+			for i := range x {
+				x[i] = float32(r.NormFloat64())
+				if i%1024 == 0 {
+					x[i] = 100 + float32(i)
+				}
+			}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := make([]float32, tc.n)
+			tc.fill(x)
+			xb := up(t, d, x, 0)
+			out := up(t, d, make([]float32, 2*tc.k+4), 0)
+			const temp = 0.7
+			run(t, d, func() error { return d.topK(xb, tc.n, tc.k, temp, out) })
+			raw := make([]byte, 8*tc.k+16)
+			if err := d.do(func() error { return d.dtoh(raw, out, 0) }); err != nil {
+				t.Fatal(err)
+			}
+			exact := binary.LittleEndian.Uint32(raw[8*tc.k:]) == 1
+			if exact != tc.wantExact {
+				t.Fatalf("exact %v, want %v", exact, tc.wantExact)
+			}
+			if !exact {
+				return
+			}
+			type pair struct {
+				v  float32
+				id int
+			}
+			var all []pair
+			for i, v := range x {
+				if v == v {
+					all = append(all, pair{v, i})
+				}
+			}
+			sort.SliceStable(all, func(i, j int) bool { return all[i].v > all[j].v })
+			var sum float64
+			for _, p := range all {
+				sum += float64(float32(math.Exp(float64((p.v - all[0].v) / temp))))
+			}
+			for i := 0; i < tc.k; i++ {
+				v := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+				id := int(int32(binary.LittleEndian.Uint32(raw[4*(tc.k+i):])))
+				if v != all[i].v || id != all[i].id {
+					t.Fatalf("candidate %d: %v (id %d), want %v (id %d)", i, v, id, all[i].v, all[i].id)
+				}
+			}
+			got := math.Float64frombits(binary.LittleEndian.Uint64(raw[8*tc.k+8:]))
+			if math.Abs(got-sum) > 1e-12*sum {
+				t.Fatalf("sum of exp %v, want %v", got, sum)
+			}
+		})
+	}
 }

@@ -110,6 +110,25 @@ type Argmaxer interface {
 	Argmax(src Buf, n int) (int, error)
 }
 
+// TopKer is implemented by backends that find the k largest of n logits
+// where they are, so sampling copies back k candidates, not the
+// vocabulary.
+type TopKer interface {
+	TopK(src Buf, n, k int, temp float32) (*Candidates, error)
+}
+
+// Candidates are the most likely tokens of a step, in the order Sample's
+// stable sort puts them (larger logit first, then smaller id).
+type Candidates struct {
+	IDs    []int
+	Logits []float32
+	// Exact says they are the k largest; else the caller reads all logits.
+	Exact bool
+	// SumExp is the softmax denominator over all logits: the sum of
+	// exp((x - max) / temp), each term rounded as Sample rounds it.
+	SumExp float64
+}
+
 // Fuser is implemented by backends that can join weights read by the same
 // input along their rows (q/k/v, gate/up), so a decode step runs one
 // product instead of several. Fuse returns the joined weight, or false

@@ -203,6 +203,11 @@ type ForwardOutput struct {
 	// greedy asks for the most likely next token only (NextGreedy).
 	greedy bool
 	next   int
+	// topk > 0 asks a TopKer backend for that many candidates at
+	// temperature temp (NextCandidates).
+	topk  int
+	temp  float32
+	cands *Candidates
 }
 
 // NextGreedy appends tokens and returns the id of the most likely next
@@ -214,6 +219,34 @@ func (s *Session) NextGreedy(ctx context.Context, tokens []int) (int, error) {
 		return 0, err
 	}
 	return out.next, nil
+}
+
+// NextCandidates appends tokens and returns the k most likely next tokens
+// with the softmax denominator at temperature temp, found where the logits
+// are (TopKer), so only they are copied back. On other backends, or where
+// the backend could not be sure of them, it returns the last token's
+// logits instead (and nil candidates).
+func (s *Session) NextCandidates(ctx context.Context, tokens []int, k int, temp float32) (*Candidates, []float32, error) {
+	out, err := s.runOut(ctx, tokens, &ForwardOutput{topk: k, temp: temp}, false, false)
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case out.cands == nil:
+		return nil, out.Logits, nil
+	case out.cands.Exact:
+		return out.cands, nil, nil
+	}
+	logits, err := s.LastLogits()
+	return nil, logits, err
+}
+
+// LastLogits copies back the logits of the last step's last token.
+func (s *Session) LastLogits() ([]float32, error) {
+	logits := make([]float32, s.cfg.VocabSize)
+	if err := s.be.Read(logits, s.logits, 0); err != nil {
+		return nil, fmt.Errorf("model: %s: read logits: %w", s.be.Name(), err)
+	}
+	return logits, nil
 }
 
 // ForwardAll appends tokens and returns the logits of every one of them
@@ -280,6 +313,15 @@ func (s *Session) step(ctx context.Context, tokens []int, out *ForwardOutput, al
 	if !head {
 		s.pos += n
 		return be.Err()
+	}
+	if tk, ok := be.(TopKer); ok && out.topk > 0 {
+		cands, err := tk.TopK(s.logits, c.VocabSize, out.topk, out.temp)
+		if err != nil {
+			return fmt.Errorf("model: %s: top-k: %w", be.Name(), err)
+		}
+		out.cands = cands
+		s.pos += n
+		return nil
 	}
 	if am, ok := be.(Argmaxer); ok && out.greedy {
 		next, err := am.Argmax(s.logits, c.VocabSize)

@@ -61,6 +61,11 @@ func rate(n int, d time.Duration) float64 {
 	return float64(n) / d.Seconds()
 }
 
+// sampleCandidates is how many of the most likely tokens a sampled step
+// asks the backend for (TopKer): enough for top-k, top-p and min-p on a
+// trained model's peaked distributions.
+const sampleCandidates = 256
+
 // Generate feeds prompt to the session (after whatever it already holds,
 // so a chat keeps its history) and samples up to MaxTokens tokens, one
 // forward step each. A prompt that does not fit the context is an error;
@@ -86,9 +91,28 @@ func Generate(ctx context.Context, s *Session, prompt []int, opts GenerateOption
 	// Greedy decoding asks the session for the id alone: on a GPU the
 	// logits then stay on the device.
 	greedy := sampler.argmaxOnly()
+	// Sampling asks for the most likely candidates only where the
+	// backend finds them (TopKer), and reads every logit when they do not
+	// settle the choice.
+	candidates := sampler.CandidateSampling()
 	next := func(tokens []int) (int, error) {
 		if greedy {
 			return s.NextGreedy(ctx, tokens)
+		}
+		if candidates {
+			c, logits, err := s.NextCandidates(ctx, tokens, sampleCandidates, sampler.opts.Temperature)
+			if err != nil {
+				return 0, err
+			}
+			if c != nil {
+				if id, ok := sampler.PickCandidates(c.IDs, c.Logits, c.SumExp); ok {
+					return id, nil
+				}
+				if logits, err = s.LastLogits(); err != nil {
+					return 0, err
+				}
+			}
+			return sampler.Sample(logits, history), nil
 		}
 		logits, err := s.Forward(ctx, tokens)
 		if err != nil {

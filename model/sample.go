@@ -36,6 +36,10 @@ type Sampler struct {
 	rng   *rand.Rand
 	cands []cand
 	buf   []float32
+	// u is a uniform drawn for a choice that the most likely candidates
+	// could not settle (PickCandidates): the next choice uses it.
+	u    float64
+	hasU bool
 }
 
 type cand struct {
@@ -122,8 +126,46 @@ func (s *Sampler) Sample(logits []float32, history []int) int {
 		}
 		return 0
 	})
-	if o.TopK > 0 && o.TopK < len(c) {
-		c = c[:o.TopK]
+	id, _ := s.pick(c, 0, false)
+	return id
+}
+
+// CandidateSampling reports whether PickCandidates can serve this sampler:
+// a temperature and no repetition penalty (which needs every logit).
+func (s *Sampler) CandidateSampling() bool {
+	return s.opts.Temperature > 0 && (s.opts.RepeatPenalty <= 0 || s.opts.RepeatPenalty == 1)
+}
+
+// PickCandidates picks the next token from the most likely ones of a
+// step (most likely first, as Sample sorts them) and the softmax
+// denominator over the whole vocabulary, as Sample would pick it from all
+// logits. It reports false when the choice needs tokens beyond c; the
+// uniform it drew then stays for the Sample that follows, so the seeded
+// sequence is the same either way.
+func (s *Sampler) PickCandidates(ids []int, logits []float32, sumExp float64) (int, bool) {
+	c := s.cands[:0]
+	for i, id := range ids {
+		c = append(c, cand{id, logits[i]})
+	}
+	if len(c) == 0 {
+		return 0, false
+	}
+	return s.pick(c, sumExp, true)
+}
+
+// pick draws from sorted candidates c. With partial, c is the head of a
+// larger vocabulary whose softmax denominator is sumExp, and pick reports
+// false where the filters or the draw reach past c.
+func (s *Sampler) pick(c []cand, sumExp float64, partial bool) (int, bool) {
+	o := s.opts
+	if o.TopK > 0 {
+		if o.TopK < len(c) {
+			c, partial = c[:o.TopK], false
+		} else if partial && o.TopK > len(c) {
+			return 0, false
+		} else {
+			partial = false // exactly the top k
+		}
 	}
 	top := c[0].p
 	var sum float64
@@ -131,18 +173,27 @@ func (s *Sampler) Sample(logits []float32, history []int) int {
 		c[i].p = float32(math.Exp(float64((c[i].p - top) / o.Temperature)))
 		sum += float64(c[i].p)
 	}
+	head := sum // the candidates' share of the denominator
+	if partial {
+		sum = sumExp
+	}
 	for i := range c {
 		c[i].p = float32(float64(c[i].p) / sum)
 	}
 	if o.TopP > 0 && o.TopP < 1 {
 		var cum float32
+		reached := false
 		for i := range c {
 			cum += c[i].p
 			if cum >= o.TopP {
-				c = c[:i+1]
+				c, reached = c[:i+1], true
 				break
 			}
 		}
+		if partial && !reached {
+			return 0, false
+		}
+		partial = partial && !reached
 	}
 	if o.MinP > 0 {
 		limit := o.MinP * c[0].p
@@ -150,21 +201,41 @@ func (s *Sampler) Sample(logits []float32, history []int) int {
 		for n < len(c) && c[n].p >= limit {
 			n++
 		}
-		c = c[:n]
+		if partial && n == len(c) {
+			return 0, false // the tokens after c may pass too
+		}
+		c, partial = c[:n], false
 	}
 	s.cands = c
 	var total float64
 	for _, k := range c {
 		total += float64(k.p)
 	}
-	r := s.rng.Float64() * total
+	if partial {
+		total += math.Max(0, (sumExp-head)/sumExp) // the rest of the vocabulary
+	}
+	u := s.uniform()
+	r := u * total
 	for _, k := range c {
 		r -= float64(k.p)
 		if r < 0 {
-			return k.id
+			return k.id, true
 		}
 	}
-	return c[len(c)-1].id
+	if partial {
+		s.u, s.hasU = u, true // the draw fell past the candidates
+		return 0, false
+	}
+	return c[len(c)-1].id, true
+}
+
+// uniform is the next uniform draw, or the one a choice left pending.
+func (s *Sampler) uniform() float64 {
+	if s.hasU {
+		s.hasU = false
+		return s.u
+	}
+	return s.rng.Float64()
 }
 
 // argmax is the index of the largest value (the first on ties).

@@ -1,0 +1,128 @@
+package model
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"lowbit/internal/fixture"
+)
+
+// hostTopK is what a TopKer returns, computed on the host: the k most
+// likely tokens in Sample's order and the softmax denominator.
+func hostTopK(logits []float32, k int, temp float32) *Candidates {
+	var c []cand
+	for id, v := range logits {
+		if !math.IsNaN(float64(v)) {
+			c = append(c, cand{id, v})
+		}
+	}
+	slices.SortStableFunc(c, func(a, b cand) int {
+		switch {
+		case a.p > b.p:
+			return -1
+		case a.p < b.p:
+			return 1
+		}
+		return 0
+	})
+	out := &Candidates{Exact: true}
+	for _, x := range c {
+		out.SumExp += float64(float32(math.Exp(float64((x.p - c[0].p) / temp))))
+	}
+	for _, x := range c[:min(k, len(c))] {
+		out.IDs = append(out.IDs, x.id)
+		out.Logits = append(out.Logits, x.p)
+	}
+	return out
+}
+
+// TestPickCandidates checks that sampling from the 256 most likely tokens
+// picks what sampling from all logits picks with the same seed, falling
+// back to all logits (with the same uniform) where the candidates cannot
+// settle it, and that the candidates settle most peaked draws.
+func TestPickCandidates(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	logits := make([]float32, 1000)
+	for i := range logits {
+		logits[i] = float32(r.NormFloat64() * 3)
+	}
+	logits[7], logits[8] = logits[3], logits[3] // ties
+	logits[500] = float32(math.NaN())
+	for _, o := range []SamplerOptions{
+		{Temperature: 0.3}, {Temperature: 1}, {Temperature: 0.8, TopK: 40}, {Temperature: 0.8, TopK: 300},
+		{Temperature: 0.8, TopP: 0.9}, {Temperature: 2, TopP: 0.95}, {Temperature: 0.8, MinP: 0.05},
+		{Temperature: 1, TopK: 100, TopP: 0.5, MinP: 0.1},
+	} {
+		t.Run(fmt.Sprintf("%+v", o), func(t *testing.T) {
+			settled := 0
+			for seed := uint64(0); seed < 40; seed++ {
+				o.Seed = seed
+				full, _ := NewSampler(o)
+				part, _ := NewSampler(o)
+				for step := 0; step < 3; step++ { // a pending uniform carries over
+					want := full.Sample(logits, nil)
+					c := hostTopK(logits, 256, o.Temperature)
+					got, ok := part.PickCandidates(c.IDs, c.Logits, c.SumExp)
+					if ok {
+						settled++
+					} else {
+						got = part.Sample(logits, nil)
+					}
+					if got != want {
+						t.Fatalf("seed %d step %d: candidates pick %d (settled %v), all logits %d", seed, step, got, ok, want)
+					}
+				}
+			}
+			if o.Temperature < 1 && o.TopK != 300 && settled == 0 {
+				t.Errorf("no draw settled from the candidates")
+			}
+		})
+	}
+}
+
+// topKCPU is the CPU backend answering TopK on the host.
+type topKCPU struct{ *CPU }
+
+func (c topKCPU) TopK(src Buf, n, k int, temp float32) (*Candidates, error) {
+	logits := make([]float32, n)
+	if err := c.Read(logits, src, 0); err != nil {
+		return nil, err
+	}
+	return hostTopK(logits, k, temp), nil
+}
+
+// TestGenerateCandidates checks that Generate with sampling gives the same
+// tokens on a backend that returns candidates as on one that returns all
+// logits.
+func TestGenerateCandidates(t *testing.T) {
+	ctx := context.Background()
+	m, err := Load(ctx, writeFixture(t, fixture.Llama()), LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []SamplerOptions{{Temperature: 0.7, Seed: 3}, {Temperature: 1, TopP: 0.9, Seed: 4}, {Temperature: 0.5, TopK: 5, Seed: 5}} {
+		var runs [2][]int
+		for i, be := range []Backend{NewCPU(1), topKCPU{NewCPU(1)}} {
+			s, err := m.NewSession(SessionOptions{Backend: be})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sm, err := NewSampler(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := Generate(ctx, s, []int{1, 7, 8}, GenerateOptions{MaxTokens: 20, Sampler: sm})
+			if err != nil {
+				t.Fatal(err)
+			}
+			runs[i] = st.Tokens
+		}
+		if !slices.Equal(runs[0], runs[1]) {
+			t.Fatalf("%+v: all logits %v, candidates %v", o, runs[0], runs[1])
+		}
+	}
+}
