@@ -173,8 +173,8 @@ func (b *Backend) WeightBytes() int64 {
 
 // Upload implements model.Backend: float weights as f32, or f16 where
 // marked Half (rows padded to whole 32-weight blocks), quantized ones
-// packed as they are. A weight
-// uploaded twice (a tied output head) is stored once.
+// packed as they are. A weight uploaded twice (a tied output head) is
+// stored once.
 func (b *Backend) Upload(w *model.Weight) (model.Mat, error) {
 	if w == nil {
 		return nil, fmt.Errorf("gpu: upload of a nil weight")
@@ -454,7 +454,11 @@ func (b *Backend) attend(out, q, k, v model.Buf, kc model.KVCache, layer, n int,
 			return b.d.attnPrefill(qb, c.k[layer], c.v[layer], ob, n, a.Heads, a.KVHeads, a.HeadDim, c.positions, b.pos, a.Scale, a.Window)
 		}
 		if a.Window > 0 && b.first+n > a.Window {
-			return fmt.Errorf("gpu: attention: sliding window of %d positions with head size %d is not supported on the GPU (position %d; %v)", a.Window, a.HeadDim, b.first+n, c.decErr)
+			err := fmt.Errorf("gpu: attention: sliding window of %d positions with head size %d is not supported on the GPU (position %d)", a.Window, a.HeadDim, b.first+n)
+			if c.decErr != nil {
+				err = fmt.Errorf("%w: %w", err, c.decErr)
+			}
+			return err
 		}
 		if n == 1 { // the kernel stores k and v itself
 			return b.d.attention(qb, c.k[layer], c.v[layer], ob, 1, a.Heads, a.KVHeads, a.HeadDim, c.positions, b.pos, a.Scale, kb, vb)

@@ -449,7 +449,7 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 			of = normOf(w.attnSub, qDim, false)
 			of.Add = true
 		}
-		if pending || !fused(s.x, s.att, w.wo, of) {
+		if !fused(s.x, s.att, w.wo, of) {
 			if c.SubNorms {
 				be.RMSNorm(s.att, s.att, w.attnSub, n, qDim, eps, false)
 			}
@@ -472,7 +472,7 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 			df.Add = true
 		}
 		df.Act, df.Up = c.Activation, up
-		if pending || !fused(s.x, gate, w.down, df) {
+		if !fused(s.x, gate, w.down, df) {
 			be.GLU(gate, gate, up, n*ffn, c.Activation)
 			if c.SubNorms {
 				be.RMSNorm(gate, gate, w.ffnSub, n, ffn, eps, false)
