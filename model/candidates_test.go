@@ -20,15 +20,7 @@ func hostTopK(logits []float32, k int, temp float32) *Candidates {
 			c = append(c, cand{id, v})
 		}
 	}
-	slices.SortStableFunc(c, func(a, b cand) int {
-		switch {
-		case a.p > b.p:
-			return -1
-		case a.p < b.p:
-			return 1
-		}
-		return 0
-	})
+	sortCands(c)
 	out := &Candidates{Exact: true}
 	for _, x := range c {
 		out.SumExp += float64(float32(math.Exp(float64((x.p - c[0].p) / temp))))

@@ -117,6 +117,14 @@ func (s *Sampler) Sample(logits []float32, history []int) int {
 	if len(c) == 0 {
 		return 0
 	}
+	sortCands(c)
+	id, _ := s.pick(c, 0, false)
+	return id
+}
+
+// sortCands orders candidates by logit, largest first; equal logits keep
+// their order (ids ascending when c was built in id order).
+func sortCands(c []cand) {
 	slices.SortStableFunc(c, func(a, b cand) int {
 		switch {
 		case a.p > b.p:
@@ -126,8 +134,6 @@ func (s *Sampler) Sample(logits []float32, history []int) int {
 		}
 		return 0
 	})
-	id, _ := s.pick(c, 0, false)
-	return id
 }
 
 // CandidateSampling reports whether PickCandidates can serve this sampler:
