@@ -291,59 +291,60 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     }
     float xscale8 = 0.f;  // I8: x = q * xscale8
     if (I8) {
-        // Three passes over x in shared memory: gate (and the sum of
-        // squares), norm (and the absmax), int8 as the quantize_i8 kernel
-        // rounds it. F: floats in order; Q: int8, chunk c's 64 values as
-        // 4 uint4 at Q[k*nch + c].
-        __shared__ float red8[32];
+        // Two passes over x: gate it (and sum its squares, and find the
+        // largest |x * (nw + w_add)|), then after one block reduction of
+        // both, normalize and round to int8 as the quantize_i8 kernel does
+        // (the largest |normalized x| is rinv times that largest).
+        // F: floats in order; Q: int8, chunk c's 64 values as 4 uint4 at
+        // Q[k*nch + c].
+        __shared__ float red8[2][32];
         float4* F = xsh;
         int* Q = reinterpret_cast<int*>(xsh + nb * 8);
-        auto reduce = [&](float v, bool mx) {
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                const float u = __shfl_xor_sync(0xffffffffu, v, o);
-                v = mx ? fmaxf(v, u) : v + u;
-            }
-            __syncthreads();
-            if (lane == 0) red8[warp] = v;
-            __syncthreads();
-            v = 0.f;
-            for (int w = 0; w < NW; w++) v = mx ? fmaxf(v, red8[w]) : v + red8[w];
-            return v;
-        };
-        float ss = 0.f;
+        float ss = 0.f, am = 0.f;
         for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
             float4 v = reinterpret_cast<const float4*>(x)[i];
             float e[4] = {v.x, v.y, v.z, v.w};
             float u[4] = {0.f, 0.f, 0.f, 0.f};
+            float g[4] = {1.f, 1.f, 1.f, 1.f};
             if (act >= 0) {
                 const float4 uu = reinterpret_cast<const float4*>(x2)[i];
                 u[0] = uu.x, u[1] = uu.y, u[2] = uu.z, u[3] = uu.w;
+            }
+            if (nw != nullptr) {
+                const float4 gg = reinterpret_cast<const float4*>(nw)[i];
+                g[0] = gg.x + w_add, g[1] = gg.y + w_add, g[2] = gg.z + w_add, g[3] = gg.w + w_add;
             }
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 e[j] = 4 * i + j < cols ? (act >= 0 ? glu_act(e[j], u[j], act) : e[j]) : 0.f;
                 ss += e[j] * e[j];
+                am = fmaxf(am, fabsf(e[j] * g[j]));
             }
             F[i] = make_float4(e[0], e[1], e[2], e[3]);
         }
-        if (nw != nullptr) rinv = rsqrtf(reduce(ss, false) / (float)cols + eps);
-        float am = 0.f;
-        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
-            float4 v = F[i];
-            if (nw != nullptr) {
-                const float4 g = reinterpret_cast<const float4*>(nw)[i];
-                v.x = v.x * rinv * (g.x + w_add), v.y = v.y * rinv * (g.y + w_add);
-                v.z = v.z * rinv * (g.z + w_add), v.w = v.w * rinv * (g.w + w_add);
-                F[i] = v;
-            }
-            am = fmaxf(am, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
         }
-        const float sc = __fdiv_rn(127.f, fmaxf(reduce(am, true), 1e-5f));
+        if (lane == 0) red8[0][warp] = ss, red8[1][warp] = am;
+        __syncthreads();
+        ss = 0.f, am = 0.f;
+        for (int w = 0; w < NW; w++) ss += red8[0][w], am = fmaxf(am, red8[1][w]);
+        if (nw != nullptr) {
+            rinv = rsqrtf(ss / (float)cols + eps);
+            am *= rinv;
+        }
+        const float sc = __fdiv_rn(127.f, fmaxf(am, 1e-5f));
         xscale8 = __fdiv_rn(1.f, sc);
         for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
             const float4 v = F[i];
-            const float e[4] = {v.x, v.y, v.z, v.w};
+            float e[4] = {v.x, v.y, v.z, v.w};
+            if (nw != nullptr) {
+                const float4 gg = reinterpret_cast<const float4*>(nw)[i];
+                e[0] = e[0] * rinv * (gg.x + w_add), e[1] = e[1] * rinv * (gg.y + w_add);
+                e[2] = e[2] * rinv * (gg.z + w_add), e[3] = e[3] * rinv * (gg.w + w_add);
+            }
             uint32_t word = 0;
 #pragma unroll
             for (int j = 0; j < 4; j++) {
