@@ -19,10 +19,24 @@ const attnDecodeWarps = 16
 // valid pointers.
 type attnDecode struct {
 	name        string
+	split       int // blocks a kv head's query heads are spread over
 	slices      int
 	chunk       int
 	shared      int
 	part, count Buffer
+}
+
+// attnDecodeSplit is how many blocks the g query heads of a kv head are
+// spread over: the largest divisor of g that keeps kvHeads*split within 32
+// blocks (few kv heads, large groups: TinyLlama's 4 x 8 become 32 blocks).
+func attnDecodeSplit(g, kvHeads int) int {
+	split := 1
+	for d := 2; d <= g; d++ {
+		if g%d == 0 && kvHeads*d <= 32 {
+			split = d
+		}
+	}
+	return split
 }
 
 // attnDecodeSlices is how many slices a context of visible positions is
@@ -43,7 +57,8 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 	if os.Getenv(attnDecodeEnv) == "off" {
 		return nil, fmt.Errorf("gpu: attention: attn_decode disabled by %s=off", attnDecodeEnv)
 	}
-	g := heads / kvHeads
+	split := attnDecodeSplit(heads/kvHeads, kvHeads)
+	g := heads / kvHeads / split // query heads a block
 	g2 := 1
 	for g2 < g {
 		g2 <<= 1
@@ -55,7 +70,7 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 	if window > 0 {
 		visible = min(window, positions)
 	}
-	a := &attnDecode{name: fmt.Sprintf("attn_decode_%d_%d", hd, g2), slices: attnDecodeSlices(visible)}
+	a := &attnDecode{name: fmt.Sprintf("attn_decode_%d_%d", hd, g2), split: split, slices: attnDecodeSlices(visible)}
 	a.chunk = (visible + a.slices - 1) / a.slices
 	a.shared = 4 * (g*hd + 2*hd + g*a.chunk + attnDecodeWarps*g*hd)
 	if a.shared > d.maxShared {
@@ -71,7 +86,7 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 	if a.part, err = d.pool.alloc(d, int64(4*heads*a.slices*(hd+2)), MemScratch); err != nil {
 		return nil, err
 	}
-	if a.count, err = d.pool.alloc(d, int64(4*kvHeads), MemScratch); err != nil {
+	if a.count, err = d.pool.alloc(d, int64(4*kvHeads*split), MemScratch); err != nil {
 		d.pool.release(a.part)
 		return nil, err
 	}
@@ -85,7 +100,7 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 // layer's caches, storing the step's k and v into them; ropeCS, when set
 // (a ropeTable), rotates q and k first (device thread).
 func (a *attnDecode) launch(d *Device, q, kcur, vcur, kc, vc, out Buffer, heads, kvHeads int, pos Buffer, scale float32, ropeCS Buffer, window int) error {
-	return d.launchPDL(a.name, grid2(kvHeads, a.slices), grid1(32*attnDecodeWarps), a.shared,
+	return d.launchPDL(a.name, grid2(kvHeads*a.split, a.slices), grid1(32*attnDecodeWarps), a.shared,
 		argBuf(q), argBuf(kcur), argBuf(vcur), argBuf(kc), argBuf(vc), argBuf(out), argBuf(a.part), argBuf(a.count),
 		argInt(heads), argInt(kvHeads), argBuf(pos), argF32(scale), argBuf(ropeCS), argInt(window), argInt(a.chunk))
 }

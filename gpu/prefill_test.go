@@ -243,14 +243,17 @@ func TestBackendLongPrompt(t *testing.T) {
 
 // TestAttnDecode checks the decode attention against float64 for the head
 // layouts of real models (TinyLlama's 8 query heads a kv head, plain
-// multi-head, BitNet's 4, Gemma's 256-wide heads, a group of 3), with the
+// multi-head, BitNet's 4, Gemma's 256-wide heads, a group of 3, Llama-3-70B's
+// 64 over 8), with the
 // rotation folded in or not, with and without a sliding window, at two
 // positions in a row (the split's counters reset themselves), and checks
 // that the step's rotated key and value land in the caches.
 func TestAttnDecode(t *testing.T) {
 	d := openOrSkip(t)
 	r := rand.New(rand.NewPCG(31, 32))
-	for _, l := range []struct{ hd, heads, kvHeads int }{{64, 32, 4}, {128, 8, 8}, {128, 20, 5}, {256, 8, 1}, {64, 12, 4}} {
+	// Query heads a block (the group split over blocks): 1 for the first
+	// five layouts, 2 for the sixth, 3 for the last.
+	for _, l := range []struct{ hd, heads, kvHeads int }{{64, 32, 4}, {128, 8, 8}, {128, 20, 5}, {256, 8, 1}, {64, 12, 4}, {128, 64, 8}, {64, 48, 16}} {
 		for _, window := range []int{0, 50} {
 			for _, rope := range []bool{false, true} {
 				t.Run(fmt.Sprintf("hd%d-%dx%d/window%d/rope=%v", l.hd, l.heads, l.kvHeads, window, rope), func(t *testing.T) {

@@ -2,10 +2,11 @@
 // rotary embedding of q and k folded in, split over the sequence
 // (flash-decoding).
 //
-// Grid: (kv_heads, S). Block (kvh, s) takes the G = heads/kv_heads query
-// heads that share kv head kvh over the s-th of S equal slices of the
-// visible positions, so every key and value row is read once for the whole
-// group. S is fixed when the step is launched (a CUDA graph replays it for
+// Grid: (kv_heads * split, S). Block (blk, s) takes G = heads/kv_heads/
+// split of the query heads that share kv head blk/split, over the s-th of
+// S equal slices of the visible positions: every key and value row is read
+// once for those G heads (split > 1 spreads a large group over more blocks
+// when the model has few kv heads). S is fixed when the step is launched (a CUDA graph replays it for
 // every position); the slices' length follows the position, read from
 // device memory. With S > 1 each block writes its slice's max, sum and
 // unnormalised output, and the last block of a kv head to finish (a
@@ -27,7 +28,7 @@
 // rope_cs[p*HD/2 + j] holds cos and sin of position p's angle j);
 // kc, vc the layer's caches [max_seq, kv_heads*HD]; the token sits at
 // position pos[0] and sees positions max(0, pos-window+1) (window 0: 0)
-// to pos. part holds kv_heads*S*G*(HD+2) floats, count kv_heads ints that
+// to pos. part holds heads*S*(HD+2) floats, count kv_heads*split ints that
 // are zero between launches. Dynamic shared memory: attnDecodeShared (Go).
 template <int HD, int G2>
 __device__ void attn_decode(const float* __restrict__ q, const float* __restrict__ kcur,
@@ -40,7 +41,10 @@ __device__ void attn_decode(const float* __restrict__ q, const float* __restrict
     extern __shared__ float sm[];
     __shared__ float stat[2 * G2];
     __shared__ int last;
-    const int G = heads / kv_heads, kvh = blockIdx.x, S = gridDim.y, s = blockIdx.y;
+    // Block blk takes G of its kv head's query heads (the group split in
+    // gridDim.x / kv_heads parts): heads blk*G to blk*G + G - 1.
+    const int blk = blockIdx.x, split = gridDim.x / kv_heads, kvh = blk / split;
+    const int G = heads / kv_heads / split, S = gridDim.y, s = blockIdx.y;
     const int kvdim = kv_heads * HD, t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const int g = lane / LP, d0 = (lane % LP) * DL;
     const bool active = g < G;
@@ -53,7 +57,7 @@ __device__ void attn_decode(const float* __restrict__ q, const float* __restrict
     pdl_wait();
     // Stage q (G heads) and the step's k and v (loads issued together with
     // the position's); rotate q and k (HF rotate half: pairs (i, i + HD/2)).
-    const float* qg = q + (size_t)kvh * G * HD;
+    const float* qg = q + (size_t)blk * G * HD;
     for (int i = t; i < G * HD; i += blockDim.x) qs[i] = qg[i];
     for (int i = t; i < HD; i += blockDim.x) ks[i] = kcur[(size_t)kvh * HD + i], vs[i] = vcur[(size_t)kvh * HD + i];
     const int p = pos[0], n = p + 1;
@@ -73,7 +77,7 @@ __device__ void attn_decode(const float* __restrict__ q, const float* __restrict
         __syncthreads();
     }
     // The slice that holds the token stores its k and v in the caches.
-    if (lo <= p && p < hi)
+    if (lo <= p && p < hi && blk % split == 0)
         for (int i = t; i < HD; i += blockDim.x) {
             kc[(size_t)p * kvdim + (size_t)kvh * HD + i] = ks[i];
             vc[(size_t)p * kvdim + (size_t)kvh * HD + i] = vs[i];
@@ -158,11 +162,11 @@ __device__ void attn_decode(const float* __restrict__ q, const float* __restrict
             float a = 0.f;
 #pragma unroll
             for (int w = 0; w < NW; w++) a += red[w * G * HD + i];
-            out[(size_t)kvh * G * HD + i] = a / stat[G2 + i / HD];
+            out[(size_t)blk * G * HD + i] = a / stat[G2 + i / HD];
         }
         return;
     }
-    float* mine = part + ((size_t)kvh * S + s) * G * (HD + 2);
+    float* mine = part + ((size_t)blk * S + s) * G * (HD + 2);
     for (int i = t; i < G * HD; i += blockDim.x) {
         float a = 0.f;
 #pragma unroll
@@ -173,14 +177,14 @@ __device__ void attn_decode(const float* __restrict__ q, const float* __restrict
     }
     __threadfence();
     __syncthreads();
-    if (t == 0) last = atomicAdd(count + kvh, 1) == S - 1;
+    if (t == 0) last = atomicAdd(count + blk, 1) == S - 1;
     __syncthreads();
     if (!last) return;
     // The last block of this kv head: combine the S partials. First each
     // slice's weight per head, exp(m_s - max m) (sc is free now), and the
     // total sums, then the outputs.
     __threadfence();
-    const float* all = part + (size_t)kvh * S * G * (HD + 2);
+    const float* all = part + (size_t)blk * S * G * (HD + 2);
     for (int h = warp; h < G; h += NW) {
         float m = -INFINITY;
         for (int k = lane; k < S; k += 32) m = fmaxf(m, __ldcg(all + (k * G + h) * (HD + 2) + HD));
@@ -199,9 +203,9 @@ __device__ void attn_decode(const float* __restrict__ q, const float* __restrict
         const int h = i / HD, j = i % HD;
         float a = 0.f;
         for (int k = 0; k < S; k++) a += sc[h * S + k] * __ldcg(all + (k * G + h) * (HD + 2) + j);
-        out[(size_t)kvh * G * HD + i] = a * stat[h];
+        out[(size_t)blk * G * HD + i] = a * stat[h];
     }
-    if (t == 0) count[kvh] = 0;
+    if (t == 0) count[blk] = 0;
 }
 
 #define ATTN_DECODE(HD, G2)                                                                                   \
