@@ -631,10 +631,11 @@ func (b *Backend) ReplayStep(key any, enqueue func() error) error {
 }
 
 // Fuse implements model.Fuser: matrices of one format, width and group
-// size (not tq2, whose scale is per matrix) are copied into one matrix of
-// all their rows, and each part becomes a view into it, so no weight is
-// held twice. Parts whose rows or scales would not start on a 16-byte
-// boundary are not fused.
+// size are copied into one matrix of all their rows, and each part
+// becomes a view into it, so no weight is held twice. tq2 parts, whose
+// scale is per tensor, keep it as a float per row of the joined matrix.
+// Parts whose rows or scales would not start on a 16-byte boundary are
+// not fused.
 func (b *Backend) Fuse(parts ...model.Mat) (model.Mat, bool) {
 	if len(parts) < 2 || b.err != nil {
 		return nil, false
@@ -648,9 +649,6 @@ func (b *Backend) Fuse(parts ...model.Mat) (model.Mat, bool) {
 		ps[i] = g
 	}
 	f := ps[0].m
-	if f.Format == quantize.TQ2 {
-		return nil, false
-	}
 	rows := 0
 	for _, p := range ps {
 		m := p.m
@@ -681,6 +679,19 @@ func (b *Backend) Fuse(parts ...model.Mat) (model.Mat, bool) {
 				b.d.freeMatrix(fused)
 				return err
 			}
+		}
+		if f.Format == quantize.TQ2 {
+			rs := make([]float32, 0, rows)
+			for _, p := range ps {
+				for range p.m.Rows {
+					rs = append(rs, p.m.scale)
+				}
+			}
+			if fused.rowScale, err = b.d.uploadNew(bytesOf(rs), 0, MemWeights); err != nil {
+				b.d.freeMatrix(fused)
+				return err
+			}
+			fused.scaleSz += int64(4 * rows)
 		}
 		r0 := 0
 		for _, p := range ps {

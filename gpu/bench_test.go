@@ -70,12 +70,16 @@ func BenchmarkMatVec(b *testing.B) {
 		{"f16", quantize.F16, ActFloat, 0}, {"q8", quantize.Q8, ActFloat, 0}, {"q8-a8", quantize.Q8, ActInt8, 0},
 		{"q4", quantize.Q4, ActFloat, 0}, {"q2", quantize.Q2, ActFloat, 0}, {"q1", quantize.Q1, ActFloat, 0},
 		{"q1-bin", quantize.Q1, ActBinary, 0}, {"tq2", quantize.TQ2, ActFloat, 0}, {"tq2-a8", quantize.TQ2, ActInt8, 0},
+		{"tq2-i8", quantize.TQ2, actStagedInt8, 0},
 	}
 	sweep := []variant{}
 	for _, f := range []quantize.Format{quantize.F16, quantize.Q8, quantize.Q4, quantize.Q2} {
 		for _, k := range append([]int{matvecPlain}, matvecKernels...) {
 			sweep = append(sweep, variant{fmt.Sprintf("%s-kernel%d", f, k), f, ActFloat, k})
 		}
+	}
+	for _, k := range matvecKernels {
+		sweep = append(sweep, variant{fmt.Sprintf("tq2-i8-kernel%d", k), quantize.TQ2, actStagedInt8, k})
 	}
 	for _, sh := range benchShapes {
 		vs := variants
@@ -192,6 +196,8 @@ func BenchmarkMatVec(b *testing.B) {
 // quantizing or binarizing x first where the mode needs it (device thread).
 func (d *Device) product(m *Matrix, act Activations, x, y Buffer) error {
 	switch act {
+	case actStagedInt8:
+		return d.matvecWith(m, x, y, matvecOpts{act: -1, int8: true})
 	case ActInt8:
 		return d.withInt8(m, x, func(q, s Buffer) error { return d.matvecI8(m, q, s, y) })
 	case ActBinary:
@@ -199,6 +205,10 @@ func (d *Device) product(m *Matrix, act Activations, x, y Buffer) error {
 	}
 	return d.matvec(m, x, y)
 }
+
+// actStagedInt8 is the benchmarks' name for tq2's decode product: x
+// rounded to int8 as the kernel stages it (no quantize kernel before).
+const actStagedInt8 Activations = 100
 
 // BenchmarkCopy measures the device-to-device copy rate, the roofline.
 func BenchmarkCopy(b *testing.B) {

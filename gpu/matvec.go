@@ -10,13 +10,17 @@ import (
 // Matrix is a weight matrix resident on the device, in one of the formats
 // of package quantize (float ones included).
 type Matrix struct {
-	Format          quantize.Format
-	Rows, Cols      int
-	GroupSize       int
-	rowBytes        int
-	data            Buffer
-	scales, mins    Buffer
-	scale           float32 // tq2's per-tensor scale
+	Format       quantize.Format
+	Rows, Cols   int
+	GroupSize    int
+	rowBytes     int
+	data         Buffer
+	scales, mins Buffer
+	scale        float32 // tq2's per-tensor scale
+	// rowScale holds a float32 scale per row for a tq2 matrix joined from
+	// parts whose scales differ (Backend.Fuse); the kernels take it in
+	// place of the scales.
+	rowScale        Buffer
 	packed, scaleSz int64
 }
 
@@ -120,12 +124,22 @@ func (d *Device) FreeMatrix(m *Matrix) {
 }
 
 func (d *Device) freeMatrix(m *Matrix) {
-	for _, b := range []Buffer{m.data, m.scales, m.mins} {
+	for _, b := range []Buffer{m.data, m.scales, m.mins, m.rowScale} {
 		if b.ptr != 0 {
 			d.pool.release(b)
 		}
 	}
-	m.data, m.scales, m.mins = Buffer{}, Buffer{}, Buffer{}
+	m.data, m.scales, m.mins, m.rowScale = Buffer{}, Buffer{}, Buffer{}, Buffer{}
+}
+
+// scalesArg is the kernels' scales argument: the per-row scales of a
+// joined tq2 matrix (none for a whole one, which has its tensor scale),
+// the fp16 group scales of the other formats.
+func (m *Matrix) scalesArg() uint64 {
+	if m.Format == quantize.TQ2 {
+		return argBuf(m.rowScale)
+	}
+	return argBuf(m.scales)
 }
 
 // threadsFor picks the block size of the matvec kernels: enough threads to
@@ -177,31 +191,40 @@ type matvecOpts struct {
 // fused says whether o asks for more than the plain product.
 func (o matvecOpts) fused() bool { return o.act >= 0 || o.norm.ptr != 0 || o.accum || o.int8 }
 
-// canFuse says whether m's product can take o's fused steps: it needs the
-// shared-memory kernel, and both a gate and a norm only with int8 x
-// (device thread).
+// canFuse says whether m's product can take o's fused steps: it needs one
+// of the shared-memory kernels, and both a gate and a norm only with int8
+// x (device thread).
 func (d *Device) canFuse(m *Matrix, o matvecOpts) bool {
+	if o.int8 != (m.Format == quantize.TQ2) || (o.act >= 0 && o.norm.ptr != 0 && !o.int8) {
+		return false
+	}
+	return d.kernelFor(m, o) != matvecPlain
+}
+
+// kernelFor is the matvec kernel m's product with o runs: the one the
+// shape asks for (matvecKernel, or Device.matvecMode), or the plain one
+// where m's rows do not suit the shared-memory kernels: 16-byte aligned,
+// whole chunks, x fitting in shared memory (device thread).
+func (d *Device) kernelFor(m *Matrix, o matvecOpts) int {
 	mode := d.matvecMode
 	if mode == 0 {
 		mode = matvecKernel(m.Format, m.Rows)
 	}
-	if o.int8 != (m.Format == quantize.TQ2) || (o.act >= 0 && o.norm.ptr != 0 && !o.int8) {
-		return false
+	if mode != matvecPlain && m.rowBytes%16 == 0 && m.blocks()%chunkBlocks(m.Format) == 0 && stagedBytes(m, o) <= d.maxShared {
+		return mode
 	}
-	return mode != matvecPlain && d.sharedKernel(m, o)
+	return matvecPlain
 }
 
-// sharedKernel says whether m's rows suit the shared-memory kernels:
-// 16-byte aligned, whole chunks, x fitting in shared memory.
-func (d *Device) sharedKernel(m *Matrix, o matvecOpts) bool {
-	return m.rowBytes%16 == 0 && m.blocks()%chunkBlocks(m.Format) == 0 && stagedBytes(m, o) <= d.maxShared
-}
-
-// stagedBytes is the shared memory the shared-memory kernels stage x in:
-// 32 floats a block, and with int8 x its 32 bytes a block beside.
+// stagedBytes is the shared memory x takes staged (stage_x in matvec.cu):
+// int8 x a byte a value; q4's int16 x two bytes a value plus a scale and
+// a sum a block; float x four bytes a value.
 func stagedBytes(m *Matrix, o matvecOpts) int {
-	if o.int8 {
-		return m.blocks() * 32 * 5
+	switch {
+	case o.int8:
+		return m.blocks() * 32
+	case m.Format == quantize.Q4:
+		return m.blocks() * 72
 	}
 	return m.blocks() * 32 * 4
 }
@@ -209,21 +232,23 @@ func stagedBytes(m *Matrix, o matvecOpts) int {
 // matvecWith is matvec with the fused steps of o (device thread).
 func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 	nb := m.blocks()
-	args := []uint64{argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argF32(m.scale), argBuf(x), argBuf(y),
+	args := []uint64{argBuf(m.data), m.scalesArg(), argBuf(m.mins), argF32(m.scale), argBuf(x), argBuf(y),
 		argInt(m.Rows), argInt(nb), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups())}
-	shared := stagedBytes(m, o)
-	mode := d.matvecMode
-	if mode == 0 {
-		mode = matvecKernel(m.Format, m.Rows)
-	}
-	if mode != matvecPlain && d.sharedKernel(m, o) {
+	fusedArgs := []uint64{argBuf(o.x2), argInt(o.act), argInt(m.Cols), argBuf(o.norm), argF32(o.eps), argF32(o.wAdd),
+		argBool(o.accum), argBool(o.int8)}
+	switch mode := d.kernelFor(m, o); mode {
+	case matvecPlain:
+		if o.fused() {
+			return fmt.Errorf("gpu: %s %dx%d: no fused matvec kernel", m.Format, m.Rows, m.Cols)
+		}
+		nt := threadsFor(nb)
+		return d.launchPDL(fmt.Sprintf("matvec_%s_%d", m.Format, nt), grid1((m.Rows+3)/4), grid1(nt), 0, args...)
+	default:
+		shared := stagedBytes(m, o)
 		rows, warps := mode/100, mode%100
 		name := fmt.Sprintf("matvec_%s_s%dw%d", m.Format, rows, warps)
-		if shared > 48<<10 && d.sharedSet[name] < shared {
-			if err := d.setMaxShared(name, shared); err != nil {
-				return err
-			}
-			d.sharedSet[name] = shared
+		if err := d.allowShared(name, shared); err != nil {
+			return err
 		}
 		groups := (m.Rows + rows*warps - 1) / (rows * warps)
 		grid := d.matvecGrid
@@ -235,15 +260,22 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 			waves := (groups + per*d.sms - 1) / (per * d.sms)
 			grid = (groups + waves - 1) / waves
 		}
-		args = append(args, argBuf(o.x2), argInt(o.act), argInt(m.Cols), argBuf(o.norm), argF32(o.eps), argF32(o.wAdd),
-			argBool(o.accum), argBool(o.int8))
+		args = append(args, fusedArgs...)
 		return d.launchPDL(name, grid1(min(grid, groups)), grid1(32*warps), shared, args...)
 	}
-	if o.fused() {
-		return fmt.Errorf("gpu: %s %dx%d: no fused matvec kernel", m.Format, m.Rows, m.Cols)
+}
+
+// allowShared lets kernel name take n bytes of dynamic shared memory,
+// raising its limit past the default 48 KiB once (device thread).
+func (d *Device) allowShared(name string, n int) error {
+	if n <= 48<<10 || d.sharedSet[name] >= n {
+		return nil
 	}
-	nt := threadsFor(nb)
-	return d.launchPDL(fmt.Sprintf("matvec_%s_%d", m.Format, nt), grid1((m.Rows+3)/4), grid1(nt), 0, args...)
+	if err := d.setMaxShared(name, n); err != nil {
+		return err
+	}
+	d.sharedSet[name] = n
+	return nil
 }
 
 // Matrix-vector kernels (Device.matvecMode, matvecKernel): the plain one,
@@ -305,7 +337,7 @@ func (d *Device) matvecI8N(m *Matrix, tokens int, q, scale, y Buffer) error {
 	nt := threadsFor(m.blocks())
 	name := fmt.Sprintf("matvec_%s_i8_%d", m.Format, nt)
 	return d.launchPDL(name, grid2((m.Rows+3)/4, tokens), grid1(nt), 0,
-		argBuf(m.data), argBuf(m.scales), argF32(m.scale), argBuf(q), argBuf(scale), argBuf(y),
+		argBuf(m.data), m.scalesArg(), argF32(m.scale), argBuf(q), argBuf(scale), argBuf(y),
 		argInt(m.Rows), argInt(m.blocks()), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()))
 }
 
@@ -330,6 +362,9 @@ func (d *Device) matvecBinary(m *Matrix, bits, beta, y Buffer) error {
 // cuBLAS's tensor cores when it is found and the product is large enough
 // (blas.go), else the fp32 kernel of matmul.cu.
 func (d *Device) matmul(m *Matrix, X, Y Buffer, n int) error {
+	if m.rowScale.ptr != 0 {
+		return fmt.Errorf("gpu: matmul: a joined tq2 matrix [%d, %d] takes the int8 product only", m.Rows, m.Cols)
+	}
 	if bl := d.blasFor(m, n); bl != nil {
 		return d.matmulBlas(bl, m, X, Y, n)
 	}

@@ -370,34 +370,44 @@ func TestMatVecFused(t *testing.T) {
 						func() []float64 { return normRef(gated(ReLU2GLU), g, 0) }})
 				}
 				ran := 0
-				for _, tc := range cases {
-					var ok bool
-					d.do(func() error { ok = d.canFuse(m, tc.o); return nil })
-					if !ok {
-						continue // the plain kernel's shapes fuse nothing
-					}
-					ran++
-					yb := up(t, d, y0, 0)
-					run(t, d, func() error { return d.matvecWith(m, xb, yb, tc.o) })
-					in := tc.in()
-					ref := make([]float64, sh.rows)
-					if tq2 {
-						in = int8Ref(in)
-					}
-					for i := range ref {
-						ref[i] = qt.DotRef(i, in)
-						if tc.o.accum {
-							ref[i] += float64(y0[i])
+				// The kernel the shape picks, and the others with blocks
+				// looping over several row groups.
+				kernels := []struct{ mode, grid int }{{0, 0}, {matvecS4W4, 3}, {matvecS2W8, 2}, {matvecS1W16, 1}}
+				for _, k := range kernels {
+					for _, tc := range cases {
+						var ok bool
+						d.do(func() error {
+							d.matvecMode, d.matvecGrid = k.mode, k.grid
+							ok = d.canFuse(m, tc.o)
+							return nil
+						})
+						if !ok {
+							continue // the plain kernel's shapes fuse nothing
 						}
+						ran++
+						yb := up(t, d, y0, 0)
+						run(t, d, func() error { return d.matvecWith(m, xb, yb, tc.o) })
+						d.do(func() error { d.matvecMode, d.matvecGrid = 0, 0; return nil })
+						in := tc.in()
+						ref := make([]float64, sh.rows)
+						if tq2 {
+							in = int8Ref(in)
+						}
+						for i := range ref {
+							ref[i] = qt.DotRef(i, in)
+							if tc.o.accum {
+								ref[i] += float64(y0[i])
+							}
+						}
+						tol := 2e-5
+						switch f {
+						case quantize.Q4:
+							tol = 3e-4 // x rounded to int16 (see TestMatVec)
+						case quantize.TQ2:
+							tol = 1e-3 // a float32 sum may round an int8 code the other way
+						}
+						check(t, fmt.Sprintf("%s, kernel %d grid %d", tc.name, k.mode, k.grid), ref, down[float32](t, d, yb, sh.rows), tol)
 					}
-					tol := 2e-5
-					switch f {
-					case quantize.Q4:
-						tol = 3e-4 // x rounded to int16 (see TestMatVec)
-					case quantize.TQ2:
-						tol = 1e-3 // a float32 sum may round an int8 code the other way
-					}
-					check(t, tc.name, ref, down[float32](t, d, yb, sh.rows), tol)
 				}
 				if ran == 0 {
 					t.Skipf("%s %dx%d takes the plain kernel, which fuses nothing", f, sh.rows, sh.cols)

@@ -70,6 +70,13 @@ __device__ __forceinline__ float block_dot_w(const uint32_t* w, const float* x) 
     return s;
 }
 
+// tq2_scale is the scale of a tq2 row: a float per row where scales is
+// set (a matrix joined from parts whose per-tensor scales differ, such as
+// BitNet's q, k and v), else the tensor's one.
+__device__ __forceinline__ float tq2_scale(const __half* scales, int row, float tscale) {
+    return scales != nullptr ? reinterpret_cast<const float*>(scales)[row] : tscale;
+}
+
 // Dot of one 32-weight block at p (loaded here) with x[0..31].
 template <int FMT>
 __device__ __forceinline__ float block_dot(const uint8_t* p, const float* x) {
@@ -160,7 +167,7 @@ __device__ void matvec(const uint8_t* __restrict__ W, const __half* __restrict__
     if (threadIdx.x == 0)
 #pragma unroll
         for (int r = 0; r < ROWS; r++)
-            if (row0 + r < rows) y[row0 + r] = FMT == TQ2 ? acc[r] * tscale : acc[r];
+            if (row0 + r < rows) y[row0 + r] = FMT == TQ2 ? acc[r] * tq2_scale(scales, row0 + r, tscale) : acc[r];
 }
 
 // load_x reads the 32 floats of x block b.
@@ -187,6 +194,186 @@ __device__ __forceinline__ void load_chunk(const uint8_t* p, uint32_t* w) {
         uint4 a = ld16(p + 16 * k);
         w[4 * k] = a.x, w[4 * k + 1] = a.y, w[4 * k + 2] = a.z, w[4 * k + 3] = a.w;
     }
+}
+
+// stage_x writes x into shared memory at xsh in the layout the products
+// read it in, after the steps fused before the product: the gated
+// activation act(x) * x2 (act >= 0; cols values are real, the rest of the
+// last block zero), the RMSNorm x / rms(x) * (nw + w_add) (nw set; over the
+// cols values, zeros past them), and, with i8 (tq2 only), BitNet's int8
+// rounding by the vector's absmax, after both. Layouts:
+//   i8: int8, chunk c's 64 values as 4 uint4 at ((uint4*)xsh)[k*nch + c];
+//       returns the scale (x = q * scale);
+//   q4: int16 per 32-weight block: uint4 k (values 8k..8k+7) of block b at
+//       ((uint4*)xsh)[k*nb + b], then nb block scales and nb float sums;
+//   others: floats, float4 k of block b at xsh[k*nb + (b%CB)*nch + b/CB].
+// Ends with __syncthreads; every thread of the block calls it.
+template <int FMT>
+__device__ float stage_x(float4* xsh, const float* __restrict__ x, const float* __restrict__ x2, int act, int cols,
+                         const float* __restrict__ nw, float eps, float w_add, bool i8, int nb) {
+    constexpr int CB = chunk_blocks<FMT>();
+    const int nch = nb / CB, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    __shared__ float red[2][32];
+    float rinv = 1.f, xscale8 = 0.f;
+    if (nw != nullptr && !i8) {
+        float ss = 0.f;
+        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
+            const float4 v = reinterpret_cast<const float4*>(x)[i];
+            const int c = 4 * i;  // past cols: another row's values, not padding
+            ss += (c < cols ? v.x * v.x : 0.f) + (c + 1 < cols ? v.y * v.y : 0.f) +
+                  (c + 2 < cols ? v.z * v.z : 0.f) + (c + 3 < cols ? v.w * v.w : 0.f);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) red[0][warp] = ss;
+        __syncthreads();
+        ss = 0.f;
+        for (int w = 0; w < nwarps; w++) ss += red[0][w];
+        rinv = rsqrtf(ss / (float)cols + eps);
+    }
+    if (i8) {
+        // Two passes over x: gate it, sum its squares and find the largest
+        // |x * (nw + w_add)|; after one block reduction of both, gate it
+        // again, normalize and round to int8 as the quantize_i8 kernel does
+        // (the largest |normalized x| is rinv times that largest).
+        // gated is x's value i (act(x) * x2 when gated; zero past cols).
+        auto gated = [&](int i, float (&e)[4]) {
+            const float4 v = reinterpret_cast<const float4*>(x)[i];
+            e[0] = v.x, e[1] = v.y, e[2] = v.z, e[3] = v.w;
+            float u[4] = {0.f, 0.f, 0.f, 0.f};
+            if (act >= 0) {
+                const float4 uu = reinterpret_cast<const float4*>(x2)[i];
+                u[0] = uu.x, u[1] = uu.y, u[2] = uu.z, u[3] = uu.w;
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) e[j] = 4 * i + j < cols ? (act >= 0 ? glu_act(e[j], u[j], act) : e[j]) : 0.f;
+        };
+        float ss = 0.f, am = 0.f;
+        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
+            float e[4], g[4] = {1.f, 1.f, 1.f, 1.f};
+            gated(i, e);
+            if (nw != nullptr) {
+                const float4 gg = reinterpret_cast<const float4*>(nw)[i];
+                g[0] = gg.x + w_add, g[1] = gg.y + w_add, g[2] = gg.z + w_add, g[3] = gg.w + w_add;
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) ss += e[j] * e[j], am = fmaxf(am, fabsf(e[j] * g[j]));
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+        }
+        if (lane == 0) red[0][warp] = ss, red[1][warp] = am;
+        __syncthreads();
+        ss = 0.f, am = 0.f;
+        for (int w = 0; w < nwarps; w++) ss += red[0][w], am = fmaxf(am, red[1][w]);
+        if (nw != nullptr) {
+            rinv = rsqrtf(ss / (float)cols + eps);
+            am *= rinv;
+        }
+        const float sc = __fdiv_rn(127.f, fmaxf(am, 1e-5f));
+        xscale8 = __fdiv_rn(1.f, sc);
+        int* Q = reinterpret_cast<int*>(xsh);
+        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
+            float e[4];
+            gated(i, e);
+            if (nw != nullptr) {
+                const float4 gg = reinterpret_cast<const float4*>(nw)[i];
+                e[0] = e[0] * rinv * (gg.x + w_add), e[1] = e[1] * rinv * (gg.y + w_add);
+                e[2] = e[2] * rinv * (gg.z + w_add), e[3] = e[3] * rinv * (gg.w + w_add);
+            }
+            uint32_t word = 0;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float r = fminf(fmaxf(rintf(__fmul_rn(e[j], sc)), -128.f), 127.f);
+                word |= (uint32_t)(uint8_t)(int8_t)r << (8 * j);
+            }
+            const int c = i >> 4, o = i & 15;  // chunk, int within its 64 bytes
+            Q[((o >> 2) * nch + c) * 4 + (o & 3)] = (int)word;
+        }
+    } else if (FMT == Q4) {
+        // a thread a block: its 32 values, their largest |value| and sum
+        uint4* xq = reinterpret_cast<uint4*>(xsh);
+        float* xscale = reinterpret_cast<float*>(xsh + 4 * nb);
+        float* xsum = xscale + nb;
+        for (int b = threadIdx.x; b < nb; b += blockDim.x) {
+            float v[32];
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float4 f = reinterpret_cast<const float4*>(x)[8 * b + k];
+                const int c = 32 * b + 4 * k;  // past cols: zeros, whatever the buffer holds
+                v[4 * k] = c < cols ? f.x : 0.f, v[4 * k + 1] = c + 1 < cols ? f.y : 0.f;
+                v[4 * k + 2] = c + 2 < cols ? f.z : 0.f, v[4 * k + 3] = c + 3 < cols ? f.w : 0.f;
+            }
+            if (act >= 0) {
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    const float4 u = reinterpret_cast<const float4*>(x2)[8 * b + k];
+                    const float uu[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        const int c = 32 * b + 4 * k + j;
+                        v[4 * k + j] = c < cols ? glu_act(v[4 * k + j], uu[j], act) : 0.f;
+                    }
+                }
+            }
+            if (nw != nullptr) {
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    const float4 g = reinterpret_cast<const float4*>(nw)[8 * b + k];
+                    const float gg[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        v[4 * k + j] = 32 * b + 4 * k + j < cols ? v[4 * k + j] * rinv * (gg[j] + w_add) : 0.f;
+                }
+            }
+            float m = 0.f, sum = 0.f;
+#pragma unroll
+            for (int i = 0; i < 32; i++) m = fmaxf(m, fabsf(v[i])), sum += v[i];
+            const float inv = m > 0.f ? 32767.f / m : 0.f;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                uint32_t w[4];
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    w[j] = (uint32_t)(uint16_t)__float2int_rn(v[8 * k + 2 * j] * inv) |
+                           ((uint32_t)__float2int_rn(v[8 * k + 2 * j + 1] * inv) << 16);
+                xq[k * nb + b] = make_uint4(w[0], w[1], w[2], w[3]);
+            }
+            xscale[b] = m / 32767.f;
+            xsum[b] = sum;
+        }
+    } else {
+        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
+            const int b = i >> 3, k = i & 7;
+            float4 v = reinterpret_cast<const float4*>(x)[i];
+            if (4 * i + 3 >= cols) {  // past cols: zeros, whatever the buffer holds
+                const int c = 4 * i;
+                v.x = c < cols ? v.x : 0.f, v.y = c + 1 < cols ? v.y : 0.f;
+                v.z = c + 2 < cols ? v.z : 0.f, v.w = c + 3 < cols ? v.w : 0.f;
+            }
+            if (act >= 0) {
+                const float4 u = reinterpret_cast<const float4*>(x2)[i];
+                const int c = 4 * i;
+                v.x = c < cols ? glu_act(v.x, u.x, act) : 0.f;
+                v.y = c + 1 < cols ? glu_act(v.y, u.y, act) : 0.f;
+                v.z = c + 2 < cols ? glu_act(v.z, u.z, act) : 0.f;
+                v.w = c + 3 < cols ? glu_act(v.w, u.w, act) : 0.f;
+            }
+            if (nw != nullptr) {
+                const float4 g = reinterpret_cast<const float4*>(nw)[i];
+                const int c = 4 * i;
+                v.x = c < cols ? v.x * rinv * (g.x + w_add) : 0.f;
+                v.y = c + 1 < cols ? v.y * rinv * (g.y + w_add) : 0.f;
+                v.z = c + 2 < cols ? v.z * rinv * (g.z + w_add) : 0.f;
+                v.w = c + 3 < cols ? v.w * rinv * (g.w + w_add) : 0.f;
+            }
+            xsh[k * nb + (b % CB) * nch + b / CB] = v;
+        }
+    }
+    __syncthreads();
+    return xscale8;
 }
 
 // matvecs is matvec for rows that are 16-byte aligned and hold whole
@@ -269,175 +456,7 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     bool have = setup(grp), loaded = PF && have && lane < nch;
     if (loaded) load_all(lane, nxt, nsc, nmn);
     pdl_wait();  // x is the previous kernel's output
-    // With nw, x is normalized as it is staged: x / rms(x) * (nw + w_add)
-    // over its cols values (the RMSNorm before the product).
-    float rinv = 1.f;
-    if (nw != nullptr && !I8) {
-        __shared__ float red[32];
-        float ss = 0.f;
-        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
-            const float4 v = reinterpret_cast<const float4*>(x)[i];
-            const int c = 4 * i;  // past cols: another row's values, not padding
-            ss += (c < cols ? v.x * v.x : 0.f) + (c + 1 < cols ? v.y * v.y : 0.f) +
-                  (c + 2 < cols ? v.z * v.z : 0.f) + (c + 3 < cols ? v.w * v.w : 0.f);
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (lane == 0) red[warp] = ss;
-        __syncthreads();
-        ss = 0.f;
-        for (int w = 0; w < NW; w++) ss += red[w];
-        rinv = rsqrtf(ss / (float)cols + eps);
-    }
-    float xscale8 = 0.f;  // I8: x = q * xscale8
-    if (I8) {
-        // Two passes over x: gate it (and sum its squares, and find the
-        // largest |x * (nw + w_add)|), then after one block reduction of
-        // both, normalize and round to int8 as the quantize_i8 kernel does
-        // (the largest |normalized x| is rinv times that largest).
-        // F: floats in order; Q: int8, chunk c's 64 values as 4 uint4 at
-        // Q[k*nch + c].
-        __shared__ float red8[2][32];
-        float4* F = xsh;
-        int* Q = reinterpret_cast<int*>(xsh + nb * 8);
-        float ss = 0.f, am = 0.f;
-        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
-            float4 v = reinterpret_cast<const float4*>(x)[i];
-            float e[4] = {v.x, v.y, v.z, v.w};
-            float u[4] = {0.f, 0.f, 0.f, 0.f};
-            float g[4] = {1.f, 1.f, 1.f, 1.f};
-            if (act >= 0) {
-                const float4 uu = reinterpret_cast<const float4*>(x2)[i];
-                u[0] = uu.x, u[1] = uu.y, u[2] = uu.z, u[3] = uu.w;
-            }
-            if (nw != nullptr) {
-                const float4 gg = reinterpret_cast<const float4*>(nw)[i];
-                g[0] = gg.x + w_add, g[1] = gg.y + w_add, g[2] = gg.z + w_add, g[3] = gg.w + w_add;
-            }
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                e[j] = 4 * i + j < cols ? (act >= 0 ? glu_act(e[j], u[j], act) : e[j]) : 0.f;
-                ss += e[j] * e[j];
-                am = fmaxf(am, fabsf(e[j] * g[j]));
-            }
-            F[i] = make_float4(e[0], e[1], e[2], e[3]);
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
-        }
-        if (lane == 0) red8[0][warp] = ss, red8[1][warp] = am;
-        __syncthreads();
-        ss = 0.f, am = 0.f;
-        for (int w = 0; w < NW; w++) ss += red8[0][w], am = fmaxf(am, red8[1][w]);
-        if (nw != nullptr) {
-            rinv = rsqrtf(ss / (float)cols + eps);
-            am *= rinv;
-        }
-        const float sc = __fdiv_rn(127.f, fmaxf(am, 1e-5f));
-        xscale8 = __fdiv_rn(1.f, sc);
-        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
-            const float4 v = F[i];
-            float e[4] = {v.x, v.y, v.z, v.w};
-            if (nw != nullptr) {
-                const float4 gg = reinterpret_cast<const float4*>(nw)[i];
-                e[0] = e[0] * rinv * (gg.x + w_add), e[1] = e[1] * rinv * (gg.y + w_add);
-                e[2] = e[2] * rinv * (gg.z + w_add), e[3] = e[3] * rinv * (gg.w + w_add);
-            }
-            uint32_t word = 0;
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const float r = fminf(fmaxf(rintf(__fmul_rn(e[j], sc)), -128.f), 127.f);
-                word |= (uint32_t)(uint8_t)(int8_t)r << (8 * j);
-            }
-            const int c = i >> 4, o = i & 15;  // chunk, int within its 64 bytes
-            Q[((o >> 2) * nch + c) * 4 + (o & 3)] = (int)word;
-        }
-    } else if (I16) {
-        // q4: x as int16 per 32-weight block, a thread a block: uint4 k
-        // (elements 8k..8k+7) of block b at xq[k*nb + b], then the block's
-        // scale and its float sum (for the mins).
-        uint4* xq = reinterpret_cast<uint4*>(xsh);
-        float* xscale = reinterpret_cast<float*>(xsh + 4 * nb);
-        float* xsum = xscale + nb;
-        for (int b = threadIdx.x; b < nb; b += blockDim.x) {
-            float v[32];
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const float4 f = reinterpret_cast<const float4*>(x)[8 * b + k];
-                const int c = 32 * b + 4 * k;  // past cols: zeros, whatever the buffer holds
-                v[4 * k] = c < cols ? f.x : 0.f, v[4 * k + 1] = c + 1 < cols ? f.y : 0.f;
-                v[4 * k + 2] = c + 2 < cols ? f.z : 0.f, v[4 * k + 3] = c + 3 < cols ? f.w : 0.f;
-            }
-            if (act >= 0) {
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    const float4 u = reinterpret_cast<const float4*>(x2)[8 * b + k];
-                    const float uu[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const int c = 32 * b + 4 * k + j;
-                        v[4 * k + j] = c < cols ? glu_act(v[4 * k + j], uu[j], act) : 0.f;
-                    }
-                }
-            }
-            if (nw != nullptr) {
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    const float4 g = reinterpret_cast<const float4*>(nw)[8 * b + k];
-                    const float gg[4] = {g.x, g.y, g.z, g.w};
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-                        v[4 * k + j] = 32 * b + 4 * k + j < cols ? v[4 * k + j] * rinv * (gg[j] + w_add) : 0.f;
-                }
-            }
-            float m = 0.f, sum = 0.f;
-#pragma unroll
-            for (int i = 0; i < 32; i++) m = fmaxf(m, fabsf(v[i])), sum += v[i];
-            const float inv = m > 0.f ? 32767.f / m : 0.f;
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                uint32_t w[4];
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    w[j] = (uint32_t)(uint16_t)__float2int_rn(v[8 * k + 2 * j] * inv) |
-                           ((uint32_t)__float2int_rn(v[8 * k + 2 * j + 1] * inv) << 16);
-                xq[k * nb + b] = make_uint4(w[0], w[1], w[2], w[3]);
-            }
-            xscale[b] = m / 32767.f;
-            xsum[b] = sum;
-        }
-    } else {
-        // float4 k of block b lives at xsh[k*nb + (b%CB)*nch + b/CB].
-        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
-            const int b = i >> 3, k = i & 7;
-            float4 v = reinterpret_cast<const float4*>(x)[i];
-            if (4 * i + 3 >= cols) {  // past cols: zeros, whatever the buffer holds
-                const int c = 4 * i;
-                v.x = c < cols ? v.x : 0.f, v.y = c + 1 < cols ? v.y : 0.f;
-                v.z = c + 2 < cols ? v.z : 0.f, v.w = c + 3 < cols ? v.w : 0.f;
-            }
-            if (act >= 0) {
-                const float4 u = reinterpret_cast<const float4*>(x2)[i];
-                const int c = 4 * i;
-                v.x = c < cols ? glu_act(v.x, u.x, act) : 0.f;
-                v.y = c + 1 < cols ? glu_act(v.y, u.y, act) : 0.f;
-                v.z = c + 2 < cols ? glu_act(v.z, u.z, act) : 0.f;
-                v.w = c + 3 < cols ? glu_act(v.w, u.w, act) : 0.f;
-            }
-            if (nw != nullptr) {
-                const float4 g = reinterpret_cast<const float4*>(nw)[i];
-                const int c = 4 * i;
-                v.x = c < cols ? v.x * rinv * (g.x + w_add) : 0.f;
-                v.y = c + 1 < cols ? v.y * rinv * (g.y + w_add) : 0.f;
-                v.z = c + 2 < cols ? v.z * rinv * (g.z + w_add) : 0.f;
-                v.w = c + 3 < cols ? v.w * rinv * (g.w + w_add) : 0.f;
-            }
-            xsh[k * nb + (b % CB) * nch + b / CB] = v;
-        }
-    }
-    __syncthreads();
+    const float xscale8 = stage_x<FMT>(xsh, x, x2, act, cols, nw, eps, w_add, I8, nb);
     for (; grp < groups; grp += gridDim.x) {
         if (grp != (int)blockIdx.x) have = setup(grp);
         if (!have) continue;
@@ -471,7 +490,7 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
                 load_all(c, cur, csc, cmn);
             }
             if (FMT == TQ2 && I8) {  // codes are t+1: sum(t*q) = sum(code*q) - sum(q)
-                const uint4* xq = reinterpret_cast<const uint4*>(xsh + nb * 8);
+                const uint4* xq = reinterpret_cast<const uint4*>(xsh);
                 int xw[16];
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
@@ -558,7 +577,8 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
 #pragma unroll
             for (int r = 0; r < SROWS; r++)
                 if (row0 + r < rows) {
-                    const float v = I8 ? (float)iacc[r] * tscale * xscale8 : FMT == TQ2 ? acc[r] * tscale : acc[r];
+                    const float ts = FMT == TQ2 ? tq2_scale(scales, row0 + r, tscale) : 1.f;
+                    const float v = I8 ? (float)iacc[r] * ts * xscale8 : FMT == TQ2 ? acc[r] * ts : acc[r];
                     y[row0 + r] = accum ? y[row0 + r] + v : v;
                 }
     }
@@ -680,7 +700,8 @@ __device__ void matvec_i8(const uint8_t* __restrict__ W, const __half* __restric
     if (threadIdx.x == 0)
 #pragma unroll
         for (int r = 0; r < ROWS; r++)
-            if (row0 + r < rows) y[row0 + r] = FMT == TQ2 ? acc[r] * tscale * xscale[0] : acc[r] * xscale[0];
+            if (row0 + r < rows)
+                y[row0 + r] = FMT == TQ2 ? acc[r] * tq2_scale(scales, row0 + r, tscale) * xscale[0] : acc[r] * xscale[0];
 }
 
 #define MATVEC_I8(name, FMT, NT)                                                                             \
