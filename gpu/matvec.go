@@ -153,11 +153,12 @@ func threadsFor(nb int) int {
 	return 32 * w
 }
 
-// chunkBlocks is the number of 32-weight blocks in 16 bytes of a row (one
-// for the formats whose block is 16 bytes or more).
+// chunkBlocks is the number of 32-weight blocks a lane of the shared-memory
+// kernels reads at once (chunk_blocks in matvec.cu): two in q4's 32 bytes
+// and in q2's and tq2's 16, four in q1's 16, one block of the others.
 func chunkBlocks(f quantize.Format) int {
 	switch f {
-	case quantize.Q2, quantize.TQ2:
+	case quantize.Q4, quantize.Q2, quantize.TQ2:
 		return 2
 	case quantize.Q1:
 		return 4

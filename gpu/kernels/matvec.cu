@@ -183,9 +183,9 @@ __device__ __forceinline__ void load_x(const float* __restrict__ x, int b, float
 // Chunk geometry of the fast kernel: a thread reads CHUNK_U4 16-byte words
 // of each of its ROWS rows at once, which hold CHUNK_BLOCKS 32-weight blocks.
 template <int FMT>
-__device__ constexpr int chunk_blocks() { return FMT == Q2 || FMT == TQ2 ? 2 : FMT == Q1 ? 4 : 1; }
+__device__ constexpr int chunk_blocks() { return FMT == Q4 || FMT == Q2 || FMT == TQ2 ? 2 : FMT == Q1 ? 4 : 1; }
 template <int FMT>
-__device__ constexpr int chunk_u4() { return FMT == F32 ? 8 : FMT == F16 ? 4 : FMT == Q8 ? 2 : 1; }
+__device__ constexpr int chunk_u4() { return FMT == F32 ? 8 : FMT == F16 ? 4 : FMT == Q8 || FMT == Q4 ? 2 : 1; }
 
 template <int FMT>
 __device__ __forceinline__ void load_chunk(const uint8_t* p, uint32_t* w) {
@@ -205,7 +205,8 @@ __device__ __forceinline__ void load_chunk(const uint8_t* p, uint32_t* w) {
 //   i8: int8, chunk c's 64 values as 4 uint4 at ((uint4*)xsh)[k*nch + c];
 //       returns the scale (x = q * scale);
 //   q4: int16 per 32-weight block: uint4 k (values 8k..8k+7) of block b at
-//       ((uint4*)xsh)[k*nb + b], then nb block scales and nb float sums;
+//       ((uint4*)xsh)[((b%CB)*4 + k)*nch + b/CB], then nb block scales and
+//       nb float sums, block b's at (b%CB)*nch + b/CB;
 //   others: floats, float4 k of block b at xsh[k*nb + (b%CB)*nch + b/CB].
 // Ends with __syncthreads; every thread of the block calls it.
 template <int FMT>
@@ -339,10 +340,10 @@ __device__ float stage_x(float4* xsh, const float* __restrict__ x, const float* 
                 for (int j = 0; j < 4; j++)
                     w[j] = (uint32_t)(uint16_t)__float2int_rn(v[8 * k + 2 * j] * inv) |
                            ((uint32_t)__float2int_rn(v[8 * k + 2 * j + 1] * inv) << 16);
-                xq[k * nb + b] = make_uint4(w[0], w[1], w[2], w[3]);
+                xq[((b % CB) * 4 + k) * nch + b / CB] = make_uint4(w[0], w[1], w[2], w[3]);
             }
-            xscale[b] = m / 32767.f;
-            xsum[b] = sum;
+            xscale[(b % CB) * nch + b / CB] = m / 32767.f;
+            xsum[(b % CB) * nch + b / CB] = sum;
         }
     } else {
         for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
@@ -516,26 +517,30 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
             }
             if (I16) {  // q4 with int16 x: integer dot products (dp2a), 8 weights in 6 instructions
                 const uint4* xq = reinterpret_cast<const uint4*>(xsh);
-                int xw[16];
+                const float* xf = reinterpret_cast<const float*>(xsh + 4 * nb);
 #pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const uint4 v = xq[q * nb + c];
-                    xw[4 * q] = v.x, xw[4 * q + 1] = v.y, xw[4 * q + 2] = v.z, xw[4 * q + 3] = v.w;
-                }
-                const float xs = reinterpret_cast<const float*>(xsh + 4 * nb)[c];
-                const float xsum = reinterpret_cast<const float*>(xsh + 4 * nb)[nb + c];
+                for (int kb = 0; kb < CB; kb++) {
+                    int xw[16];
 #pragma unroll
-                for (int r = 0; r < SROWS; r++) {
-                    int sd = 0;
-#pragma unroll
-                    for (int k = 0; k < 4; k++) {
-                        const int lo = (int)(cur[r][k] & 0x0F0F0F0Fu), hi = (int)((cur[r][k] >> 4) & 0x0F0F0F0Fu);
-                        sd = __dp2a_lo(xw[2 * k], lo, sd);
-                        sd = __dp2a_hi(xw[2 * k + 1], lo, sd);
-                        sd = __dp2a_lo(xw[8 + 2 * k], hi, sd);
-                        sd = __dp2a_hi(xw[8 + 2 * k + 1], hi, sd);
+                    for (int q = 0; q < 4; q++) {
+                        const uint4 v = xq[(kb * 4 + q) * nch + c];
+                        xw[4 * q] = v.x, xw[4 * q + 1] = v.y, xw[4 * q + 2] = v.z, xw[4 * q + 3] = v.w;
                     }
-                    acc[r] += __half2float(csc[r][0]) * (xs * (float)sd) + __half2float(cmn[r][0]) * xsum;
+                    const float xs = xf[kb * nch + c], xsum = xf[nb + kb * nch + c];
+#pragma unroll
+                    for (int r = 0; r < SROWS; r++) {
+                        int sd = 0;
+#pragma unroll
+                        for (int k = 0; k < 4; k++) {
+                            const uint32_t u = cur[r][kb * 4 + k];
+                            const int lo = (int)(u & 0x0F0F0F0Fu), hi = (int)((u >> 4) & 0x0F0F0F0Fu);
+                            sd = __dp2a_lo(xw[2 * k], lo, sd);
+                            sd = __dp2a_hi(xw[2 * k + 1], lo, sd);
+                            sd = __dp2a_lo(xw[8 + 2 * k], hi, sd);
+                            sd = __dp2a_hi(xw[8 + 2 * k + 1], hi, sd);
+                        }
+                        acc[r] += __half2float(csc[r][kb]) * (xs * (float)sd) + __half2float(cmn[r][kb]) * xsum;
+                    }
                 }
                 continue;
             }
