@@ -296,17 +296,18 @@ var matvecKernels = []int{matvecS4W4, matvecS2W4, matvecS2W8, matvecS1W8, matvec
 // matvecKernel picks the matvec kernel for a shape, from the kernel sweep
 // of BenchmarkMatVec on the H100 (BENCHMARKS.md, 2026-11-22): the plain
 // kernel for f32 and f16, whose 32-weight blocks already give each thread
-// 64 bytes or more; for q8, and q4 rows more than twice as long as the
-// matrix is tall (the down projections), one row a warp and 16 warps a
-// block (q8: 72-87% of the copy rate on the 7B shapes; q4 2048x5632: 41%
-// against 36%); for the narrow formats 4 rows a warp on tall matrices
-// (8192 rows or more) and 2 rows a warp, 8 warps a block, on the others,
-// where fewer rows a warp give more warps to hide latency.
+// 64 bytes or more; for q8, q4 rows more than twice as long as the matrix
+// is tall (the down projections) and tq2 below 8192 rows, one row a warp
+// and 16 warps a block (q8: 72-87% of the copy rate on the 7B shapes; q4
+// 2048x5632: 41% against 36%; BitNet's decode 5% faster); for the narrow
+// formats 4 rows a warp on tall matrices (8192 rows or more) and 2 rows a
+// warp, 8 warps a block, on the others, where fewer rows a warp give more
+// warps to hide latency.
 func matvecKernel(f quantize.Format, rows, cols int) int {
 	switch {
 	case f == quantize.F32 || f == quantize.F16:
 		return matvecPlain
-	case f == quantize.Q8, f == quantize.Q4 && cols > 2*rows:
+	case f == quantize.Q8, f == quantize.Q4 && cols > 2*rows, f == quantize.TQ2 && rows < 8192:
 		return matvecS1W16
 	case rows >= 8192:
 		return matvecS4W4
