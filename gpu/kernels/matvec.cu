@@ -294,56 +294,61 @@ __device__ float stage_x(float4* xsh, const float* __restrict__ x, const float* 
             Q[((o >> 2) * nch + c) * 4 + (o & 3)] = (int)word;
         }
     } else if (FMT == Q4) {
-        // a thread a block: its 32 values, their largest |value| and sum
+        // Four threads a block, eight values each (one uint4 of int16);
+        // the block's largest |value| and sum by shuffles among the four
+        // (the loop is uniform, so every lane takes part).
         uint4* xq = reinterpret_cast<uint4*>(xsh);
         float* xscale = reinterpret_cast<float*>(xsh + 4 * nb);
         float* xsum = xscale + nb;
-        for (int b = threadIdx.x; b < nb; b += blockDim.x) {
-            float v[32];
+        for (int i0 = 0; i0 < nb * 4; i0 += blockDim.x) {
+            const int i = i0 + threadIdx.x, b = i >> 2, k = i & 3;
+            const bool in = i < nb * 4;
+            float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+            if (in) {
 #pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const float4 f = reinterpret_cast<const float4*>(x)[8 * b + k];
-                const int c = 32 * b + 4 * k;  // past cols: zeros, whatever the buffer holds
-                v[4 * k] = c < cols ? f.x : 0.f, v[4 * k + 1] = c + 1 < cols ? f.y : 0.f;
-                v[4 * k + 2] = c + 2 < cols ? f.z : 0.f, v[4 * k + 3] = c + 3 < cols ? f.w : 0.f;
-            }
-            if (act >= 0) {
+                for (int h = 0; h < 2; h++) {
+                    const float4 f = reinterpret_cast<const float4*>(x)[2 * i + h];
+                    v[4 * h] = f.x, v[4 * h + 1] = f.y, v[4 * h + 2] = f.z, v[4 * h + 3] = f.w;
+                }
+                if (act >= 0) {
 #pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    const float4 u = reinterpret_cast<const float4*>(x2)[8 * b + k];
-                    const float uu[4] = {u.x, u.y, u.z, u.w};
+                    for (int h = 0; h < 2; h++) {
+                        const float4 u = reinterpret_cast<const float4*>(x2)[2 * i + h];
+                        const float uu[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const int c = 32 * b + 4 * k + j;
-                        v[4 * k + j] = c < cols ? glu_act(v[4 * k + j], uu[j], act) : 0.f;
+                        for (int j = 0; j < 4; j++) v[4 * h + j] = glu_act(v[4 * h + j], uu[j], act);
                     }
                 }
-            }
-            if (nw != nullptr) {
+                if (nw != nullptr) {
 #pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    const float4 g = reinterpret_cast<const float4*>(nw)[8 * b + k];
-                    const float gg[4] = {g.x, g.y, g.z, g.w};
+                    for (int h = 0; h < 2; h++) {
+                        const float4 g = reinterpret_cast<const float4*>(nw)[2 * i + h];
+                        const float gg[4] = {g.x, g.y, g.z, g.w};
 #pragma unroll
-                    for (int j = 0; j < 4; j++)
-                        v[4 * k + j] = 32 * b + 4 * k + j < cols ? v[4 * k + j] * rinv * (gg[j] + w_add) : 0.f;
+                        for (int j = 0; j < 4; j++) v[4 * h + j] = v[4 * h + j] * rinv * (gg[j] + w_add);
+                    }
                 }
+#pragma unroll
+                for (int j = 0; j < 8; j++)  // past cols: zeros, whatever the buffers hold
+                    if (8 * i + j >= cols) v[j] = 0.f;
             }
             float m = 0.f, sum = 0.f;
 #pragma unroll
-            for (int i = 0; i < 32; i++) m = fmaxf(m, fabsf(v[i])), sum += v[i];
-            const float inv = m > 0.f ? 32767.f / m : 0.f;
+            for (int j = 0; j < 8; j++) m = fmaxf(m, fabsf(v[j])), sum += v[j];
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                uint32_t w[4];
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    w[j] = (uint32_t)(uint16_t)__float2int_rn(v[8 * k + 2 * j] * inv) |
-                           ((uint32_t)__float2int_rn(v[8 * k + 2 * j + 1] * inv) << 16);
-                xq[((b % CB) * 4 + k) * nch + b / CB] = make_uint4(w[0], w[1], w[2], w[3]);
+            for (int o = 1; o < 4; o <<= 1) {
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+                sum += __shfl_xor_sync(0xffffffffu, sum, o);
             }
-            xscale[(b % CB) * nch + b / CB] = m / 32767.f;
-            xsum[(b % CB) * nch + b / CB] = sum;
+            const float inv = m > 0.f ? 32767.f / m : 0.f;
+            uint32_t w[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                w[j] = (uint32_t)(uint16_t)__float2int_rn(v[2 * j] * inv) | ((uint32_t)__float2int_rn(v[2 * j + 1] * inv) << 16);
+            if (in) {
+                xq[((b % CB) * 4 + k) * nch + b / CB] = make_uint4(w[0], w[1], w[2], w[3]);
+                if (k == 0) xscale[(b % CB) * nch + b / CB] = m / 32767.f, xsum[(b % CB) * nch + b / CB] = sum;
+            }
         }
     } else {
         for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
