@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -252,5 +253,68 @@ func TestBackendStoriesGreedy(t *testing.T) {
 			}
 			t.Logf("q8: first %d of %d greedy tokens equal the f32 reference", same, len(got))
 		})
+	}
+}
+
+// TestFuseTQ2 checks a tq2 matrix joined from parts of very different
+// scales (BitNet's q, k and v; each part keeps its own as a float per
+// row): the joined products, int8 x rounded by the kernel before them
+// (MatMul) or while it stages x (the decode path), equal each part's
+// float64 reference.
+func TestFuseTQ2(t *testing.T) {
+	d := openOrSkip(t)
+	b, err := NewBackend(d, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	r := rand.New(rand.NewPCG(41, 42))
+	const cols = 512
+	var parts []model.Mat
+	var qs []*quantize.Tensor
+	for i, p := range []struct {
+		rows  int
+		scale float32
+	}{{64, 1}, {32, 20}, {32, 0.05}} {
+		w := gaussian(r, p.rows*cols)
+		for j := range w {
+			w[j] *= p.scale
+		}
+		q, err := quantize.Quantize(context.Background(), quantize.TQ2, w, p.rows, cols, quantize.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := b.Upload(&model.Weight{Rows: p.rows, Cols: cols, Q: q})
+		if err != nil {
+			t.Fatalf("part %d: %v", i, err)
+		}
+		parts, qs = append(parts, m), append(qs, q)
+	}
+	joined, ok := b.Fuse(parts...)
+	if !ok {
+		t.Fatal("tq2 parts were not joined")
+	}
+	x := gaussian(r, cols)
+	var a quantize.Int8Vec
+	quantize.QuantizeInt8(x, &a)
+	var ref []float64
+	for _, q := range qs {
+		for row := 0; row < q.Rows; row++ {
+			ref = append(ref, q.DotInt8Ref(row, &a))
+		}
+	}
+	xb := up(t, d, x, 0)
+	jm := joined.(*gpuMat).m
+	for _, path := range []string{"matmul", "decode"} {
+		yb := up(t, d, make([]float32, len(ref)), 0)
+		if path == "matmul" {
+			b.MatMul(gpuBuf{yb, len(ref)}, gpuBuf{xb, cols}, joined, 1)
+			if err := b.Err(); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			run(t, d, func() error { return d.matvecWith(jm, xb, yb, matvecOpts{act: -1, int8: true}) })
+		}
+		check(t, "joined tq2, "+path, ref, down[float32](t, d, yb, len(ref)), 1e-3)
 	}
 }
