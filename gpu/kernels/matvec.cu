@@ -196,6 +196,22 @@ __device__ __forceinline__ void load_chunk(const uint8_t* p, uint32_t* w) {
     }
 }
 
+// warps_sum and warps_max reduce the values v[0..nwarps) the block's warps
+// left in shared memory (nwarps <= 32): every thread gets the result, from
+// one load and a shuffle tree rather than a loop over them.
+__device__ __forceinline__ float warps_sum(const float* v, int nwarps) {
+    float s = (int)(threadIdx.x & 31) < nwarps ? v[threadIdx.x & 31] : 0.f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+__device__ __forceinline__ float warps_max(const float* v, int nwarps) {
+    float m = (int)(threadIdx.x & 31) < nwarps ? v[threadIdx.x & 31] : 0.f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    return m;
+}
+
 // stage_x writes x into shared memory at xsh in the layout the products
 // read it in, after the steps fused before the product: the gated
 // activation act(x) * x2 (act >= 0; cols values are real, the rest of the
@@ -228,9 +244,7 @@ __device__ float stage_x(float4* xsh, const float* __restrict__ x, const float* 
         for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
         if (lane == 0) red[0][warp] = ss;
         __syncthreads();
-        ss = 0.f;
-        for (int w = 0; w < nwarps; w++) ss += red[0][w];
-        rinv = rsqrtf(ss / (float)cols + eps);
+        rinv = rsqrtf(warps_sum(red[0], nwarps) / (float)cols + eps);
     }
     if (i8) {
         // Two passes over x: gate it, sum its squares and find the largest
@@ -267,8 +281,7 @@ __device__ float stage_x(float4* xsh, const float* __restrict__ x, const float* 
         }
         if (lane == 0) red[0][warp] = ss, red[1][warp] = am;
         __syncthreads();
-        ss = 0.f, am = 0.f;
-        for (int w = 0; w < nwarps; w++) ss += red[0][w], am = fmaxf(am, red[1][w]);
+        ss = warps_sum(red[0], nwarps), am = warps_max(red[1], nwarps);
         if (nw != nullptr) {
             rinv = rsqrtf(ss / (float)cols + eps);
             am *= rinv;
