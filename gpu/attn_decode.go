@@ -76,11 +76,8 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 	if a.shared > d.maxShared {
 		return nil, fmt.Errorf("gpu: attention: %d bytes of shared memory needed, the device has %d", a.shared, d.maxShared)
 	}
-	if a.shared > 48<<10 && d.sharedSet[a.name] < a.shared {
-		if err := d.setMaxShared(a.name, a.shared); err != nil {
-			return nil, err
-		}
-		d.sharedSet[a.name] = a.shared
+	if err := d.allowShared(a.name, a.shared); err != nil {
+		return nil, err
 	}
 	var err error
 	if a.part, err = d.pool.alloc(d, int64(4*heads*a.slices*(hd+2)), MemScratch); err != nil {

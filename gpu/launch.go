@@ -113,6 +113,19 @@ func (d *Device) setMaxShared(name string, n int) error {
 	return d.drv.check(d.drv.call(fnFuncSetAttribute, f, funcAttrMaxDynShared, uintptr(n)), "cuFuncSetAttribute "+name)
 }
 
+// allowShared lets kernel name take n bytes of dynamic shared memory,
+// raising its limit past the default 48 KiB once (device thread).
+func (d *Device) allowShared(name string, n int) error {
+	if n <= 48<<10 || d.sharedSet[name] >= n {
+		return nil
+	}
+	if err := d.setMaxShared(name, n); err != nil {
+		return err
+	}
+	d.sharedSet[name] = n
+	return nil
+}
+
 // blocksPerSM is how many blocks of kernel name (threads each, shared
 // bytes of dynamic shared memory) fit on one multiprocessor at once, as
 // the driver computes it from registers, shared memory and threads.

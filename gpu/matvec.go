@@ -266,19 +266,6 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 	}
 }
 
-// allowShared lets kernel name take n bytes of dynamic shared memory,
-// raising its limit past the default 48 KiB once (device thread).
-func (d *Device) allowShared(name string, n int) error {
-	if n <= 48<<10 || d.sharedSet[name] >= n {
-		return nil
-	}
-	if err := d.setMaxShared(name, n); err != nil {
-		return err
-	}
-	d.sharedSet[name] = n
-	return nil
-}
-
 // Matrix-vector kernels (Device.matvecMode, matvecKernel): the plain one,
 // or a shared-memory one given as rows a warp * 100 + warps a block.
 const (

@@ -69,11 +69,8 @@ func (d *Device) attention(q, kc, vc, out Buffer, n, heads, kvHeads, hd, maxSeq 
 	if shared+static > d.maxShared {
 		return fmt.Errorf("gpu: attention: context of %d positions needs %d bytes of shared memory, the device has %d", maxSeq, shared, d.maxShared)
 	}
-	if shared > 48<<10 && d.sharedSet["attention"] < shared {
-		if err := d.setMaxShared("attention", shared); err != nil {
-			return err
-		}
-		d.sharedSet["attention"] = shared
+	if err := d.allowShared("attention", shared); err != nil {
+		return err
 	}
 	// The kernel takes any block of up to 1024 threads. Decode (one token:
 	// heads blocks only) takes 1024, 16% faster TinyLlama decode than 256 on

@@ -250,7 +250,9 @@ __device__ float stage_x(float4* xsh, const float* __restrict__ x, const float* 
         // Two passes over x: gate it, sum its squares and find the largest
         // |x * (nw + w_add)|; after one block reduction of both, gate it
         // again, normalize and round to int8 as the quantize_i8 kernel does
-        // (the largest |normalized x| is rinv times that largest).
+        // (the largest |normalized x| is rinv times that largest). The gate
+        // is computed twice rather than kept: the gated floats would take
+        // four bytes a value of shared memory, the int8 x takes one.
         // gated is x's value i (act(x) * x2 when gated; zero past cols).
         auto gated = [&](int i, float (&e)[4]) {
             const float4 v = reinterpret_cast<const float4*>(x)[i];
