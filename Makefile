@@ -35,10 +35,13 @@ NVCC ?= nvcc
 kernels:
 	$(MAKE) -C gpu/kernels NVCC=$(NVCC)
 
-# Static binaries for the GPU machine (carried in .devbin, which git ignores).
+# Static binaries for the GPU machine, packed in .devbin/bin.tgz (git ignores
+# .devbin; carry it; gpu/devrun.sh unpacks it there).
 devbin:
 	mkdir -p .devbin
 	$(GO) build $(GOFLAGS_BUILD) -o .devbin/lowbit ./cmd/lowbit
+	$(GO) test -c -ldflags "-s -w" -o .devbin/gpu.test ./gpu
+	tar czf .devbin/bin.tgz -C .devbin lowbit gpu.test && rm -f .devbin/lowbit .devbin/gpu.test
 
 clean:
 	rm -rf bin .devbin

@@ -40,6 +40,10 @@ type Backend struct {
 	fused []*Matrix // joined weights (Fuse); parts are views into them
 
 	steps map[any]*stepGraph
+	// skip and normed: LOWBIT_SKIP's kernels and the count of normed
+	// products in the step so far (skip.go, profiling only).
+	skip   map[string]bool
+	normed int
 	// noGraphs runs every step directly (tests compare the two).
 	noGraphs bool
 	err      error
@@ -91,7 +95,7 @@ func NewBackend(d *Device, maxStep int) (*Backend, error) {
 	if maxStep <= 0 {
 		maxStep = 512
 	}
-	b := &Backend{d: d, mats: map[*model.Weight]*gpuMat{}, i8: map[int]Buffer{}, steps: map[any]*stepGraph{}, maxStep: maxStep}
+	b := &Backend{d: d, mats: map[*model.Weight]*gpuMat{}, i8: map[int]Buffer{}, steps: map[any]*stepGraph{}, maxStep: maxStep, skip: skipSet()}
 	err := d.do(func() error {
 		var err error
 		if b.step, err = d.pool.alloc(d, int64(8*maxStep), MemScratch); err != nil {
@@ -294,6 +298,7 @@ func (b *Backend) SetStep(tokens []int, pos int) error {
 		buf[b.maxStep+i] = int32(pos + i)
 	}
 	b.n, b.first = len(tokens), pos
+	b.normed = 0
 	err := b.d.do(func() error { return b.d.htod(b.step, 0, bytesOf(buf)) })
 	if err != nil {
 		b.fail(err)
@@ -412,6 +417,9 @@ func (b *Backend) RopeAttention(out, q, k, v model.Buf, kc model.KVCache, layer 
 // attend queues attention, rotating q and k first when rope is set.
 func (b *Backend) attend(out, q, k, v model.Buf, kc model.KVCache, layer, n int, a model.AttnShape, rope *gpuMat) {
 	c := kc.(*gpuCache)
+	if n == 1 && b.skip["attn"] {
+		return
+	}
 	if b.first+n > c.positions {
 		b.fail(fmt.Errorf("gpu: attention: position %d beyond the cache's %d", b.first+n, c.positions))
 		return
@@ -507,6 +515,9 @@ func (b *Backend) FusedMatMul(dst, x model.Buf, w model.Mat, f model.Fusion) boo
 	}
 	if b.err != nil {
 		return false
+	}
+	if len(b.skip) > 0 && b.skip[b.productRole(m, f.Act != "", f.Add)] {
+		return true
 	}
 	ok := false
 	b.op("matmul "+string(m.Format)+" fused", func() error {

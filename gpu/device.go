@@ -16,6 +16,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"time"
 	"unsafe"
 )
 
@@ -70,6 +71,15 @@ type Device struct {
 	// blasOff keeps every product on lowbit's own kernels (tests).
 	blasOff bool
 
+	// stage is pinned host memory for small copies (the step's token ids,
+	// the argmax id, sampling candidates): its first half takes uploads,
+	// queued without waiting for the stream (stageEv marks when the last
+	// one has left it), its second half downloads. capturing is set while
+	// a graph is recorded, when copies take the plain path.
+	stage     []byte
+	stageEv   uintptr
+	capturing bool
+
 	// Launch parameter slots, reused by every launch (device thread only).
 	argv [maxParams]uint64
 	argp [maxParams]uintptr
@@ -114,6 +124,10 @@ func (d *Device) loop(started chan<- error) {
 	}
 	started <- nil
 	for {
+		if f, ok := poll(d.calls, d.quit); ok {
+			f()
+			continue
+		}
 		select {
 		case f := <-d.calls:
 			f()
@@ -121,6 +135,27 @@ func (d *Device) loop(started chan<- error) {
 			return
 		}
 	}
+}
+
+// spinFor is how long the device thread, and a caller waiting for it,
+// poll before they sleep: the calls of a decode step follow one another
+// within it, and waking a sleeping thread costs several microseconds a
+// call (BENCHMARKS.md, session 5).
+const spinFor = 50 * time.Microsecond
+
+// poll receives from c for up to spinFor without sleeping; ok is false
+// when nothing came (or quit closed).
+func poll[T any](c <-chan T, quit <-chan struct{}) (v T, ok bool) {
+	for t0 := time.Now(); time.Since(t0) < spinFor; {
+		select {
+		case v = <-c:
+			return v, true
+		case <-quit:
+			return v, false
+		default:
+		}
+	}
+	return v, false
 }
 
 // init runs on the device thread: driver, device, context, stream, kernels.
@@ -181,6 +216,15 @@ func (d *Device) init() error {
 	if err := c.check(c.call(fnStreamCreate, uintptr(unsafe.Pointer(&d.stream)), 1), "cuStreamCreate"); err != nil {
 		return err
 	}
+	var host *byte // pinned memory outside Go's heap
+	if err := c.check(c.call(fnMemAllocHost, uintptr(unsafe.Pointer(&host)), stageSize), "cuMemAllocHost_v2"); err != nil {
+		return err
+	}
+	d.stage = unsafe.Slice(host, stageSize)
+	// CU_EVENT_DISABLE_TIMING: a marker, cheaper to record.
+	if err := c.check(c.call(fnEventCreate, uintptr(unsafe.Pointer(&d.stageEv)), 2), "cuEventCreate"); err != nil {
+		return err
+	}
 	return d.loadModules()
 }
 
@@ -200,6 +244,14 @@ func (d *Device) release() {
 		c.call(fnModuleUnload, m)
 	}
 	d.mods = nil
+	if d.stageEv != 0 {
+		c.call(fnEventDestroy, d.stageEv)
+		d.stageEv = 0
+	}
+	if d.stage != nil {
+		c.call(fnMemFreeHost, uintptr(unsafe.Pointer(&d.stage[0])))
+		d.stage = nil
+	}
 	if d.stream != 0 {
 		c.call(fnStreamDestroy, d.stream)
 		d.stream = 0
@@ -216,6 +268,9 @@ func (d *Device) do(fn func() error) error {
 	case d.calls <- func() { errc <- fn() }:
 	case <-d.quit:
 		return ErrClosed
+	}
+	if err, ok := poll(errc, nil); ok {
+		return err
 	}
 	return <-errc
 }
