@@ -19,7 +19,6 @@ const attnDecodeWarps = 16
 // valid pointers.
 type attnDecode struct {
 	name        string
-	hd, g2      int // head size; lanes a query head's group (attn_decode's G2)
 	split       int // blocks a kv head's query heads are spread over
 	slices      int
 	chunk       int
@@ -71,7 +70,7 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 	if window > 0 {
 		visible = min(window, positions)
 	}
-	a := &attnDecode{name: fmt.Sprintf("attn_decode_%d_%d", hd, g2), hd: hd, g2: g2, split: split, slices: attnDecodeSlices(visible)}
+	a := &attnDecode{name: fmt.Sprintf("attn_decode_%d_%d", hd, g2), split: split, slices: attnDecodeSlices(visible)}
 	a.chunk = (visible + a.slices - 1) / a.slices
 	a.shared = 4 * (g*hd + 2*hd + g*a.chunk + attnDecodeWarps*g*hd)
 	if a.shared > d.maxShared {
@@ -98,19 +97,6 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 // layer's caches, storing the step's k and v into them; ropeCS, when set
 // (a ropeTable), rotates q and k first (device thread).
 func (a *attnDecode) launch(d *Device, q, kcur, vcur, kc, vc, out Buffer, heads, kvHeads int, pos Buffer, scale float32, ropeCS Buffer, window int) error {
-	launch := func() error {
-		return a.launchOwn(d, q, kcur, vcur, kc, vc, out, heads, kvHeads, pos, scale, ropeCS, window)
-	}
-	if in, ok := a.instr(q, kcur, vcur, kc, vc, out, heads, kvHeads, pos, scale, ropeCS, window); ok {
-		if queued, err := d.queueLayer("", in, a.shared, launch); queued {
-			return err
-		}
-	}
-	return launch()
-}
-
-// launchOwn queues the attention as its own kernel (device thread).
-func (a *attnDecode) launchOwn(d *Device, q, kcur, vcur, kc, vc, out Buffer, heads, kvHeads int, pos Buffer, scale float32, ropeCS Buffer, window int) error {
 	return d.launchPDL(a.name, grid2(kvHeads*a.split, a.slices), grid1(32*attnDecodeWarps), a.shared,
 		argBuf(q), argBuf(kcur), argBuf(vcur), argBuf(kc), argBuf(vc), argBuf(out), argBuf(a.part), argBuf(a.count),
 		argInt(heads), argInt(kvHeads), argBuf(pos), argF32(scale), argBuf(ropeCS), argInt(window), argInt(a.chunk))

@@ -87,8 +87,6 @@ type gpuCache struct {
 type stepGraph struct {
 	runs int
 	g    *Graph
-	// progs are the programs of its layers kernels (layers.go).
-	progs []Buffer
 }
 
 // NewBackend makes a model backend on d for steps of at most maxStep
@@ -128,7 +126,6 @@ func (b *Backend) Close() {
 			if s.g != nil {
 				s.g.destroy()
 			}
-			b.d.freePrograms(s.progs)
 		}
 		for _, m := range b.fused {
 			b.d.freeMatrix(m)
@@ -619,17 +616,7 @@ func (b *Backend) ReplayStep(key any, enqueue func() error) error {
 	if s.runs == 1 || b.noGraphs {
 		return enqueue()
 	}
-	err := b.d.do(func() error {
-		if err := b.d.batchLayers(); err != nil {
-			return err
-		}
-		if err := b.d.beginCapture(); err != nil {
-			b.d.endLayers()
-			return err
-		}
-		return nil
-	})
-	if err != nil {
+	if err := b.d.do(func() error { return b.d.beginCapture() }); err != nil {
 		b.fail(err)
 		return err
 	}
@@ -638,18 +625,9 @@ func (b *Backend) ReplayStep(key any, enqueue func() error) error {
 		ferr = b.err
 	}
 	var g *Graph
-	err = b.d.do(func() (err error) {
-		progs, lerr := b.d.endLayers() // the last queued operations, launched into the graph
-		if ferr == nil {
-			ferr = lerr
-		}
+	err := b.d.do(func() (err error) {
 		g, err = b.d.endCapture(ferr)
-		if err != nil {
-			b.d.freePrograms(progs)
-			return err
-		}
-		s.progs = progs
-		return nil
+		return err
 	})
 	if err != nil {
 		b.fail(err)

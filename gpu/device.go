@@ -71,13 +71,6 @@ type Device struct {
 	// blasOff keeps every product on lowbit's own kernels (tests).
 	blasOff bool
 
-	// layers queues the products and attention of a decode step being
-	// captured for one layers kernel; progs are the programs made for it
-	// since; bar is its grid barrier (layers.go).
-	layers *layerQueue
-	progs  []Buffer
-	bar    Buffer
-
 	// stage is pinned host memory for small copies (the step's token ids,
 	// the argmax id, sampling candidates): its first half takes uploads,
 	// queued without waiting for the stream (stageEv marks when the last

@@ -6,7 +6,7 @@
 # STEPS (each a function below), logging everything under $OUT.
 #
 #   make devbin                                              # here: .devbin/bin.tgz
-#   STEPS="gputest decode" bash gpu/devrun.sh                   # there (carry .devbin)
+#   STEPS="gputest profile" bash gpu/devrun.sh                   # there (carry .devbin)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/devrun}
@@ -59,19 +59,6 @@ profile() {
 	bench tinyllama 4
 }
 
-# decode: the layers kernel against separate kernels (LOWBIT_LAYERS=off),
-# alternating on one machine, then pp512 and tg128 of every target shape.
-decode() {
-	for round in 1 2; do
-		for l in off on; do
-			for b in "tinyllama 4" "tinyllama 8" "bitnet-2b tq2" "llama2-7b 4"; do bench $b LOWBIT_LAYERS=$l; done
-		done
-	done
-	PP=512 REPS=5 bench tinyllama 4
-	PP=512 REPS=5 bench llama2-7b 4
-	PP=512 REPS=5 bench bitnet-2b tq2
-}
-
 # products: the matrix-vector benchmark, BitNet's int8 products on every
 # kernel and TinyLlama's q4 and q8 products, prefetch off and on.
 products() {
@@ -87,7 +74,7 @@ products() {
 }
 
 build
-for s in ${STEPS:-gputest decode}; do
+for s in ${STEPS:-gputest profile}; do
 	log "step $s ($(date -u +%H:%M:%S))"
 	"$s"
 done

@@ -26,9 +26,6 @@ func argBool(v bool) uint64 {
 
 // launch queues kernel name on the device's stream (device thread).
 func (d *Device) launch(name string, grid, block dim3, shared int, args ...uint64) error {
-	if err := d.flushLayers(); err != nil {
-		return err
-	}
 	f, ok, err := d.setArgs(name, grid, args)
 	if !ok {
 		return err
@@ -92,9 +89,6 @@ const attrProgrammaticSerialization = 6
 func (d *Device) launchPDL(name string, grid, block dim3, shared int, args ...uint64) error {
 	if !d.pdl {
 		return d.launch(name, grid, block, shared, args...)
-	}
-	if err := d.flushLayers(); err != nil {
-		return err
 	}
 	f, ok, err := d.setArgs(name, grid, args)
 	if !ok {

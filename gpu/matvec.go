@@ -246,31 +246,23 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 		return d.launchPDL(fmt.Sprintf("matvec_%s_%d", m.Format, nt), grid1((m.Rows+3)/4), grid1(nt), 0, args...)
 	default:
 		shared := stagedBytes(m, o)
-		launch := func() error {
-			rows, warps := mode/100, mode%100
-			name := fmt.Sprintf("matvec_%s_s%dw%d", m.Format, rows, warps)
-			if err := d.allowShared(name, shared); err != nil {
+		rows, warps := mode/100, mode%100
+		name := fmt.Sprintf("matvec_%s_s%dw%d", m.Format, rows, warps)
+		if err := d.allowShared(name, shared); err != nil {
+			return err
+		}
+		groups := (m.Rows + rows*warps - 1) / (rows * warps)
+		grid := d.matvecGrid
+		if grid == 0 {
+			per, err := d.blocksPerSM(name, 32*warps, shared)
+			if err != nil {
 				return err
 			}
-			groups := (m.Rows + rows*warps - 1) / (rows * warps)
-			grid := d.matvecGrid
-			if grid == 0 {
-				per, err := d.blocksPerSM(name, 32*warps, shared)
-				if err != nil {
-					return err
-				}
-				waves := (groups + per*d.sms - 1) / (per * d.sms)
-				grid = (groups + waves - 1) / waves
-			}
-			args = append(args, fusedArgs...)
-			return d.launchPDL(name, grid1(min(grid, groups)), grid1(32*warps), shared, args...)
+			waves := (groups + per*d.sms - 1) / (per * d.sms)
+			grid = (groups + waves - 1) / waves
 		}
-		if layersFormat(m.Format) {
-			if queued, err := d.queueLayer(m.Format, productInstr(m, x, y, o), shared, launch); queued {
-				return err
-			}
-		}
-		return launch()
+		args = append(args, fusedArgs...)
+		return d.launchPDL(name, grid1(min(grid, groups)), grid1(32*warps), shared, args...)
 	}
 }
 

@@ -266,16 +266,10 @@ func (d *Device) uploadNew(src []byte, pad int64, kind MemKind) (Buffer, error) 
 
 // memset fills b with byte v on the stream.
 func (d *Device) memset(b Buffer, v byte) error {
-	if err := d.flushLayers(); err != nil {
-		return err
-	}
 	return d.drv.check(d.drv.call(fnMemsetD8Async, uintptr(b.ptr), uintptr(v), uintptr(b.size), d.stream), "cuMemsetD8Async")
 }
 
 // copyDtoD queues a device-to-device copy of n bytes.
 func (d *Device) copyDtoD(dst, src Buffer, n int64) error {
-	if err := d.flushLayers(); err != nil {
-		return err
-	}
 	return d.drv.check(d.drv.call(fnMemcpyDtoDAsync, uintptr(dst.ptr), uintptr(src.ptr), uintptr(n), d.stream), "cuMemcpyDtoDAsync_v2")
 }

@@ -20,7 +20,193 @@
 #include <stdint.h>
 
 #include "pdl.cuh"
-#include "attn_decode.cuh"
+
+#define NW 16  // warps a block
+
+// attn_decode: q [heads, HD] and kcur, vcur [kv_heads, HD] are the step's
+// projections (q and k rotated here when rope_cs is given, else already;
+// rope_cs[p*HD/2 + j] holds cos and sin of position p's angle j);
+// kc, vc the layer's caches [max_seq, kv_heads*HD]; the token sits at
+// position pos[0] and sees positions max(0, pos-window+1) (window 0: 0)
+// to pos. part holds heads*S*(HD+2) floats, count kv_heads*split ints that
+// are zero between launches. Dynamic shared memory: attnDecodeShared (Go).
+template <int HD, int G2>
+__device__ void attn_decode(const float* __restrict__ q, const float* __restrict__ kcur,
+                            const float* __restrict__ vcur, float* __restrict__ kc, float* __restrict__ vc,
+                            float* __restrict__ out, float* __restrict__ part, int* __restrict__ count, int heads,
+                            int kv_heads, const int* __restrict__ pos, float scale,
+                            const float2* __restrict__ rope_cs, int window, int chunk_max) {
+    constexpr int LP = 32 / G2, DL = HD / LP;
+    static_assert(DL % 2 == 0 && DL <= 64, "lane slice");
+    extern __shared__ float sm[];
+    __shared__ float stat[2 * G2];
+    __shared__ int last;
+    // Block blk takes G of its kv head's query heads (the group split in
+    // gridDim.x / kv_heads parts): heads blk*G to blk*G + G - 1.
+    const int blk = blockIdx.x, split = gridDim.x / kv_heads, kvh = blk / split;
+    const int G = heads / kv_heads / split, S = gridDim.y, s = blockIdx.y;
+    const int kvdim = kv_heads * HD, t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int g = lane / LP, d0 = (lane % LP) * DL;
+    const bool active = g < G;
+    float* qs = sm;                   // [G][HD] rotated queries
+    float* ks = qs + G * HD;          // [HD] the step's rotated key
+    float* vs = ks + HD;              // [HD] the step's value
+    float* sc = vs + HD;              // [G][chunk_max] scores, then weights
+    float* red = sc + G * chunk_max;  // [NW][G][HD] each warp's value sums
+
+    pdl_wait();
+    // Stage q (G heads) and the step's k and v (loads issued together with
+    // the position's); rotate q and k (HF rotate half: pairs (i, i + HD/2)).
+    const float* qg = q + (size_t)blk * G * HD;
+    for (int i = t; i < G * HD; i += blockDim.x) qs[i] = qg[i];
+    for (int i = t; i < HD; i += blockDim.x) ks[i] = kcur[(size_t)kvh * HD + i], vs[i] = vcur[(size_t)kvh * HD + i];
+    const int p = pos[0], n = p + 1;
+    const int first = window > 0 ? max(0, p - window + 1) : 0;
+    const int len = (n - first + S - 1) / S;
+    const int lo = first + s * len, hi = min(n, lo + len);
+    __syncthreads();
+    if (rope_cs != nullptr) {
+        for (int i = t; i < (G + 1) * (HD / 2); i += blockDim.x) {
+            const int h = i / (HD / 2), j = i % (HD / 2);
+            float* v = h < G ? qs + h * HD : ks;
+            const float2 cs = rope_cs[(size_t)p * (HD / 2) + j];
+            const float a = v[j], b = v[j + HD / 2];
+            v[j] = a * cs.x - b * cs.y;
+            v[j + HD / 2] = b * cs.x + a * cs.y;
+        }
+        __syncthreads();
+    }
+    // The slice that holds the token stores its k and v in the caches.
+    if (lo <= p && p < hi && blk % split == 0)
+        for (int i = t; i < HD; i += blockDim.x) {
+            kc[(size_t)p * kvdim + (size_t)kvh * HD + i] = ks[i];
+            vc[(size_t)p * kvdim + (size_t)kvh * HD + i] = vs[i];
+        }
+
+    // Scores: warp w takes positions lo+w, lo+w+NW, ..., UN at a time
+    // (their loads issued together).
+    constexpr int UN = DL <= 16 ? 4 : 2;
+    float qr[DL];
+#pragma unroll
+    for (int i = 0; i < DL; i++) qr[i] = active ? qs[g * HD + d0 + i] * scale : 0.f;
+    for (int x0 = lo + warp; x0 < hi; x0 += NW * UN) {
+        float2 kv[UN][DL / 2];
+#pragma unroll
+        for (int u = 0; u < UN; u++) {
+            const int x = x0 + u * NW;
+            if (x >= hi) break;
+            const float* kr = x == p ? ks : kc + (size_t)x * kvdim + (size_t)kvh * HD;
+#pragma unroll
+            for (int i = 0; i < DL / 2; i++) kv[u][i] = *reinterpret_cast<const float2*>(kr + d0 + 2 * i);
+        }
+#pragma unroll
+        for (int u = 0; u < UN; u++) {
+            const int x = x0 + u * NW;
+            if (x >= hi) break;
+            float d = 0.f;
+#pragma unroll
+            for (int i = 0; i < DL / 2; i++) d += qr[2 * i] * kv[u][i].x + qr[2 * i + 1] * kv[u][i].y;
+#pragma unroll
+            for (int o = LP / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+            if (active && lane % LP == 0) sc[g * chunk_max + (x - lo)] = d;
+        }
+    }
+    __syncthreads();
+    // Per head: the slice's max, then weights exp(score - max) and their sum.
+    for (int h = warp; h < G; h += NW) {
+        float m = -INFINITY;
+        for (int i = lane; i < hi - lo; i += 32) m = fmaxf(m, sc[h * chunk_max + i]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0.f;
+        for (int i = lane; i < hi - lo; i += 32) {
+            const float e = __expf(sc[h * chunk_max + i] - m);
+            sc[h * chunk_max + i] = e;
+            l += e;
+        }
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) stat[h] = m, stat[G2 + h] = l;
+    }
+    __syncthreads();
+    // Values: the same positions per warp, weighted, UN at a time.
+    float acc[DL];
+#pragma unroll
+    for (int i = 0; i < DL; i++) acc[i] = 0.f;
+    for (int x0 = lo + warp; x0 < hi; x0 += NW * UN) {
+        float2 vv[UN][DL / 2];
+#pragma unroll
+        for (int u = 0; u < UN; u++) {
+            const int x = x0 + u * NW;
+            if (x >= hi) break;
+            const float* vr = x == p ? vs : vc + (size_t)x * kvdim + (size_t)kvh * HD;
+#pragma unroll
+            for (int i = 0; i < DL / 2; i++) vv[u][i] = *reinterpret_cast<const float2*>(vr + d0 + 2 * i);
+        }
+#pragma unroll
+        for (int u = 0; u < UN; u++) {
+            const int x = x0 + u * NW;
+            if (x >= hi) break;
+            const float w = active ? sc[g * chunk_max + (x - lo)] : 0.f;
+#pragma unroll
+            for (int i = 0; i < DL / 2; i++) acc[2 * i] += w * vv[u][i].x, acc[2 * i + 1] += w * vv[u][i].y;
+        }
+    }
+    pdl_launch_dependents();  // the rest is this block's short tail
+    if (active)
+#pragma unroll
+        for (int i = 0; i < DL; i++) red[(warp * G + g) * HD + d0 + i] = acc[i];
+    __syncthreads();
+
+    // The block's sums per head; one slice: the output.
+    if (S == 1) {
+        for (int i = t; i < G * HD; i += blockDim.x) {
+            float a = 0.f;
+#pragma unroll
+            for (int w = 0; w < NW; w++) a += red[w * G * HD + i];
+            out[(size_t)blk * G * HD + i] = a / stat[G2 + i / HD];
+        }
+        return;
+    }
+    float* mine = part + ((size_t)blk * S + s) * G * (HD + 2);
+    for (int i = t; i < G * HD; i += blockDim.x) {
+        float a = 0.f;
+#pragma unroll
+        for (int w = 0; w < NW; w++) a += red[w * G * HD + i];
+        const int h = i / HD, j = i % HD;
+        mine[h * (HD + 2) + j] = a;
+        if (j == 0) mine[h * (HD + 2) + HD] = stat[h], mine[h * (HD + 2) + HD + 1] = stat[G2 + h];
+    }
+    __threadfence();
+    __syncthreads();
+    if (t == 0) last = atomicAdd(count + blk, 1) == S - 1;
+    __syncthreads();
+    if (!last) return;
+    // The last block of this kv head: combine the S partials. First each
+    // slice's weight per head, exp(m_s - max m) (sc is free now), and the
+    // total sums, then the outputs.
+    __threadfence();
+    const float* all = part + (size_t)blk * S * G * (HD + 2);
+    for (int h = warp; h < G; h += NW) {
+        float m = -INFINITY;
+        for (int k = lane; k < S; k += 32) m = fmaxf(m, __ldcg(all + (k * G + h) * (HD + 2) + HD));
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0.f;
+        for (int k = lane; k < S; k += 32) {
+            const float e = __expf(__ldcg(all + (k * G + h) * (HD + 2) + HD) - m);
+            sc[h * S + k] = e;
+            l += e * __ldcg(all + (k * G + h) * (HD + 2) + HD + 1);
+        }
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) stat[h] = 1.f / l;
+    }
+    __syncthreads();
+    for (int i = t; i < G * HD; i += blockDim.x) {
+        const int h = i / HD, j = i % HD;
+        float a = 0.f;
+        for (int k = 0; k < S; k++) a += sc[h * S + k] * __ldcg(all + (k * G + h) * (HD + 2) + j);
+        out[(size_t)blk * G * HD + i] = a * stat[h];
+    }
+    if (t == 0) count[blk] = 0;
+}
 
 #define ATTN_DECODE(HD, G2)                                                                                   \
     extern "C" __global__ void __launch_bounds__(32 * NW)                                                    \
@@ -28,7 +214,7 @@
                                 float* out, float* part, int* count, int heads, int kv_heads, const int* pos, \
                                 float scale, const float2* rope_cs, int window, int chunk_max) {              \
         attn_decode<HD, G2>(q, kcur, vcur, kc, vc, out, part, count, heads, kv_heads, pos, scale, rope_cs,    \
-                            window, chunk_max, blockIdx.x, gridDim.x, blockIdx.y, gridDim.y);                 \
+                            window, chunk_max);                                                               \
     }
 ATTN_DECODE(64, 1)
 ATTN_DECODE(64, 2)

@@ -15,7 +15,599 @@
 
 #include "act.cuh"
 #include "pdl.cuh"
-#include "matvec.cuh"
+
+#define ROWS 4
+
+enum { F32 = 0, F16 = 1, Q8 = 2, Q4 = 3, Q2 = 4, Q1 = 5, TQ2 = 6 };
+
+// byte i of u (0..255) as a float plus 2^23.
+__device__ __forceinline__ float ub(uint32_t u, int i) {
+    return __int_as_float(__byte_perm(u, 0x4Bu, 0x4550 | i));
+}
+
+__device__ __forceinline__ uint4 ld16(const uint8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ uint2 ld8(const uint8_t* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
+
+// sum of q*x over 4 weights whose codes are the bytes of u, each code
+// being (float) byte - off.
+__device__ __forceinline__ float dot4(uint32_t u, float off, const float* x) {
+    return (ub(u, 0) - off) * x[0] + (ub(u, 1) - off) * x[1] + (ub(u, 2) - off) * x[2] + (ub(u, 3) - off) * x[3];
+}
+
+// Dot of one 32-weight block's codes with x[0..31] (without scale and
+// min), from the block's bytes already in registers as 32-bit words.
+template <int FMT>
+__device__ __forceinline__ float block_dot_w(const uint32_t* w, const float* x) {
+    float s = 0.f;
+    if (FMT == Q8) {
+#pragma unroll
+        for (int k = 0; k < 8; k++) s += dot4(w[k] ^ 0x80808080u, 8388736.f, x + 4 * k);
+    } else if (FMT == Q4) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            s += dot4(w[k] & 0x0F0F0F0Fu, 8388608.f, x + 4 * k);
+            s += dot4((w[k] >> 4) & 0x0F0F0F0Fu, 8388608.f, x + 16 + 4 * k);
+        }
+    } else if (FMT == Q2 || FMT == TQ2) {
+        const float off = FMT == Q2 ? 8388608.f : 8388609.f;
+#pragma unroll
+        for (int k = 0; k < 2; k++)
+#pragma unroll
+            for (int sh = 0; sh < 4; sh++) s += dot4((w[k] >> (2 * sh)) & 0x03030303u, off, x + 8 * sh + 4 * k);
+    } else if (FMT == Q1) {
+#pragma unroll
+        for (int i = 0; i < 32; i++) s += __int_as_float(__float_as_int(x[i]) ^ ((~w[0] >> i) << 31));
+    } else if (FMT == F32) {
+#pragma unroll
+        for (int i = 0; i < 32; i++) s += __int_as_float(w[i]) * x[i];
+    } else if (FMT == F16) {
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[j]));
+            s += f.x * x[2 * j] + f.y * x[2 * j + 1];
+        }
+    }
+    return s;
+}
+
+// tq2_scale is the scale of a tq2 row: a float per row where scales is
+// set (a matrix joined from parts whose per-tensor scales differ, such as
+// BitNet's q, k and v), else the tensor's one.
+__device__ __forceinline__ float tq2_scale(const __half* scales, int row, float tscale) {
+    return scales != nullptr ? reinterpret_cast<const float*>(scales)[row] : tscale;
+}
+
+// Dot of one 32-weight block at p (loaded here) with x[0..31].
+template <int FMT>
+__device__ __forceinline__ float block_dot(const uint8_t* p, const float* x) {
+    uint32_t w[FMT == F32 ? 32 : FMT == F16 ? 16 : FMT == Q8 ? 8 : FMT == Q4 ? 4 : FMT == Q1 ? 1 : 2];
+    if (FMT == Q1) {
+        w[0] = __ldg(reinterpret_cast<const uint32_t*>(p));
+    } else if (FMT == Q2 || FMT == TQ2) {
+        uint2 a = ld8(p);
+        w[0] = a.x, w[1] = a.y;
+    } else {
+#pragma unroll
+        for (int k = 0; k < (int)(sizeof(w) / 16); k++) {
+            uint4 a = ld16(p + 16 * k);
+            w[4 * k] = a.x, w[4 * k + 1] = a.y, w[4 * k + 2] = a.z, w[4 * k + 3] = a.w;
+        }
+    }
+    return block_dot_w<FMT>(w, x);
+}
+
+// Bytes of one 32-weight block.
+template <int FMT>
+__device__ __forceinline__ int block_bytes() {
+    return FMT == F32 ? 128 : FMT == F16 ? 64 : FMT == Q8 ? 32 : FMT == Q4 ? 16 : FMT == Q1 ? 4 : 8;
+}
+
+// Sum of v over the block's threads; the result is valid in thread 0.
+template <int NT>
+__device__ __forceinline__ void block_reduce(float (&v)[ROWS], float (*red)[ROWS]) {
+#pragma unroll
+    for (int r = 0; r < ROWS; r++)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v[r] += __shfl_xor_sync(0xffffffffu, v[r], o);
+    if (NT > 32) {
+        int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) red[warp][r] = v[r];
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int w = 1; w < NT / 32; w++)
+#pragma unroll
+                for (int r = 0; r < ROWS; r++) v[r] += red[w][r];
+    }
+}
+
+// y[row] = sum over blocks of (d*dot + m*sum(x)) (or tscale*dot for tq2,
+// plain dot for floats). nb: 32-weight blocks per row; gb: blocks per group;
+// ng: groups per row.
+template <int FMT, int NT>
+__device__ void matvec(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
+                       const __half* __restrict__ mins, float tscale, const float* __restrict__ x,
+                       float* __restrict__ y, int rows, int nb, int row_bytes, int gb, int ng) {
+    __shared__ float red[NT / 32][ROWS];
+    pdl_launch_dependents();
+    pdl_wait();
+    const int row0 = blockIdx.x * ROWS;
+    float acc[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) acc[r] = 0.f;
+    for (int b = threadIdx.x; b < nb; b += NT) {
+        float xv[32];
+        const float4* xp = reinterpret_cast<const float4*>(x + 32 * b);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float4 v = __ldg(xp + k);
+            xv[4 * k] = v.x, xv[4 * k + 1] = v.y, xv[4 * k + 2] = v.z, xv[4 * k + 3] = v.w;
+        }
+        float xs = 0.f;
+        if (FMT == Q4 || FMT == Q2) {
+#pragma unroll
+            for (int i = 0; i < 32; i++) xs += xv[i];
+        }
+        const int g = b / gb;
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            const int row = min(row0 + r, rows - 1);
+            float s = block_dot<FMT>(W + (size_t)row * row_bytes + (size_t)b * block_bytes<FMT>(), xv);
+            if (FMT == Q8 || FMT == Q1) {
+                s *= __half2float(scales[(size_t)row * ng + g]);
+            } else if (FMT == Q4 || FMT == Q2) {
+                size_t i = (size_t)row * ng + g;
+                s = __half2float(scales[i]) * s + __half2float(mins[i]) * xs;
+            }
+            acc[r] += s;
+        }
+    }
+    block_reduce<NT>(acc, red);
+    if (threadIdx.x == 0)
+#pragma unroll
+        for (int r = 0; r < ROWS; r++)
+            if (row0 + r < rows) y[row0 + r] = FMT == TQ2 ? acc[r] * tq2_scale(scales, row0 + r, tscale) : acc[r];
+}
+
+// load_x reads the 32 floats of x block b.
+__device__ __forceinline__ void load_x(const float* __restrict__ x, int b, float (&xv)[32]) {
+    const float4* xp = reinterpret_cast<const float4*>(x + 32 * b);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        float4 v = __ldg(xp + k);
+        xv[4 * k] = v.x, xv[4 * k + 1] = v.y, xv[4 * k + 2] = v.z, xv[4 * k + 3] = v.w;
+    }
+}
+
+// Chunk geometry of the fast kernel: a thread reads CHUNK_U4 16-byte words
+// of each of its ROWS rows at once, which hold CHUNK_BLOCKS 32-weight blocks.
+template <int FMT>
+__device__ constexpr int chunk_blocks() { return FMT == Q4 || FMT == Q2 || FMT == TQ2 ? 2 : FMT == Q1 ? 4 : 1; }
+template <int FMT>
+__device__ constexpr int chunk_u4() { return FMT == F32 ? 8 : FMT == F16 ? 4 : FMT == Q8 || FMT == Q4 ? 2 : 1; }
+
+template <int FMT>
+__device__ __forceinline__ void load_chunk(const uint8_t* p, uint32_t* w) {
+#pragma unroll
+    for (int k = 0; k < chunk_u4<FMT>(); k++) {
+        uint4 a = ld16(p + 16 * k);
+        w[4 * k] = a.x, w[4 * k + 1] = a.y, w[4 * k + 2] = a.z, w[4 * k + 3] = a.w;
+    }
+}
+
+// warps_sum and warps_max reduce the values v[0..nwarps) the block's warps
+// left in shared memory (nwarps <= 32): every thread gets the result, from
+// one load and a shuffle tree rather than a loop over them.
+__device__ __forceinline__ float warps_sum(const float* v, int nwarps) {
+    float s = (int)(threadIdx.x & 31) < nwarps ? v[threadIdx.x & 31] : 0.f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+__device__ __forceinline__ float warps_max(const float* v, int nwarps) {
+    float m = (int)(threadIdx.x & 31) < nwarps ? v[threadIdx.x & 31] : 0.f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    return m;
+}
+
+// stage_x writes x into shared memory at xsh in the layout the products
+// read it in, after the steps fused before the product: the gated
+// activation act(x) * x2 (act >= 0; cols values are real, the rest of the
+// last block zero), the RMSNorm x / rms(x) * (nw + w_add) (nw set; over the
+// cols values, zeros past them), and, with i8 (tq2 only), BitNet's int8
+// rounding by the vector's absmax, after both. Layouts:
+//   i8: int8, chunk c's 64 values as 4 uint4 at ((uint4*)xsh)[k*nch + c];
+//       returns the scale (x = q * scale);
+//   q4: int16 per 32-weight block: uint4 k (values 8k..8k+7) of block b at
+//       ((uint4*)xsh)[((b%CB)*4 + k)*nch + b/CB], then nb block scales and
+//       nb float sums, block b's at (b%CB)*nch + b/CB;
+//   others: floats, float4 k of block b at xsh[k*nb + (b%CB)*nch + b/CB].
+// Ends with __syncthreads; every thread of the block calls it.
+template <int FMT>
+__device__ float stage_x(float4* xsh, const float* __restrict__ x, const float* __restrict__ x2, int act, int cols,
+                         const float* __restrict__ nw, float eps, float w_add, bool i8, int nb) {
+    constexpr int CB = chunk_blocks<FMT>();
+    const int nch = nb / CB, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    __shared__ float red[2][32];
+    float rinv = 1.f, xscale8 = 0.f;
+    if (nw != nullptr && !i8) {
+        float ss = 0.f;
+        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
+            const float4 v = reinterpret_cast<const float4*>(x)[i];
+            const int c = 4 * i;  // past cols: another row's values, not padding
+            ss += (c < cols ? v.x * v.x : 0.f) + (c + 1 < cols ? v.y * v.y : 0.f) +
+                  (c + 2 < cols ? v.z * v.z : 0.f) + (c + 3 < cols ? v.w * v.w : 0.f);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) red[0][warp] = ss;
+        __syncthreads();
+        rinv = rsqrtf(warps_sum(red[0], nwarps) / (float)cols + eps);
+    }
+    if (i8) {
+        // Two passes over x: gate it, sum its squares and find the largest
+        // |x * (nw + w_add)|; after one block reduction of both, gate it
+        // again, normalize and round to int8 as the quantize_i8 kernel does
+        // (the largest |normalized x| is rinv times that largest). The gate
+        // is computed twice rather than kept: the gated floats would take
+        // four bytes a value of shared memory, the int8 x takes one.
+        // gated is x's value i (act(x) * x2 when gated; zero past cols).
+        auto gated = [&](int i, float (&e)[4]) {
+            const float4 v = reinterpret_cast<const float4*>(x)[i];
+            e[0] = v.x, e[1] = v.y, e[2] = v.z, e[3] = v.w;
+            float u[4] = {0.f, 0.f, 0.f, 0.f};
+            if (act >= 0) {
+                const float4 uu = reinterpret_cast<const float4*>(x2)[i];
+                u[0] = uu.x, u[1] = uu.y, u[2] = uu.z, u[3] = uu.w;
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) e[j] = 4 * i + j < cols ? (act >= 0 ? glu_act(e[j], u[j], act) : e[j]) : 0.f;
+        };
+        float ss = 0.f, am = 0.f;
+        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
+            float e[4], g[4] = {1.f, 1.f, 1.f, 1.f};
+            gated(i, e);
+            if (nw != nullptr) {
+                const float4 gg = reinterpret_cast<const float4*>(nw)[i];
+                g[0] = gg.x + w_add, g[1] = gg.y + w_add, g[2] = gg.z + w_add, g[3] = gg.w + w_add;
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) ss += e[j] * e[j], am = fmaxf(am, fabsf(e[j] * g[j]));
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+        }
+        if (lane == 0) red[0][warp] = ss, red[1][warp] = am;
+        __syncthreads();
+        ss = warps_sum(red[0], nwarps), am = warps_max(red[1], nwarps);
+        if (nw != nullptr) {
+            rinv = rsqrtf(ss / (float)cols + eps);
+            am *= rinv;
+        }
+        const float sc = __fdiv_rn(127.f, fmaxf(am, 1e-5f));
+        xscale8 = __fdiv_rn(1.f, sc);
+        int* Q = reinterpret_cast<int*>(xsh);
+        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
+            float e[4];
+            gated(i, e);
+            if (nw != nullptr) {
+                const float4 gg = reinterpret_cast<const float4*>(nw)[i];
+                e[0] = e[0] * rinv * (gg.x + w_add), e[1] = e[1] * rinv * (gg.y + w_add);
+                e[2] = e[2] * rinv * (gg.z + w_add), e[3] = e[3] * rinv * (gg.w + w_add);
+            }
+            uint32_t word = 0;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float r = fminf(fmaxf(rintf(__fmul_rn(e[j], sc)), -128.f), 127.f);
+                word |= (uint32_t)(uint8_t)(int8_t)r << (8 * j);
+            }
+            const int c = i >> 4, o = i & 15;  // chunk, int within its 64 bytes
+            Q[((o >> 2) * nch + c) * 4 + (o & 3)] = (int)word;
+        }
+    } else if (FMT == Q4) {
+        // Four threads a block, eight values each (one uint4 of int16);
+        // the block's largest |value| and sum by shuffles among the four
+        // (the loop is uniform, so every lane takes part).
+        uint4* xq = reinterpret_cast<uint4*>(xsh);
+        float* xscale = reinterpret_cast<float*>(xsh + 4 * nb);
+        float* xsum = xscale + nb;
+        for (int i0 = 0; i0 < nb * 4; i0 += blockDim.x) {
+            const int i = i0 + threadIdx.x, b = i >> 2, k = i & 3;
+            const bool in = i < nb * 4;
+            float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+            if (in) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float4 f = reinterpret_cast<const float4*>(x)[2 * i + h];
+                    v[4 * h] = f.x, v[4 * h + 1] = f.y, v[4 * h + 2] = f.z, v[4 * h + 3] = f.w;
+                }
+                if (act >= 0) {
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const float4 u = reinterpret_cast<const float4*>(x2)[2 * i + h];
+                        const float uu[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+                        for (int j = 0; j < 4; j++) v[4 * h + j] = glu_act(v[4 * h + j], uu[j], act);
+                    }
+                }
+                if (nw != nullptr) {
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const float4 g = reinterpret_cast<const float4*>(nw)[2 * i + h];
+                        const float gg[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+                        for (int j = 0; j < 4; j++) v[4 * h + j] = v[4 * h + j] * rinv * (gg[j] + w_add);
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < 8; j++)  // past cols: zeros, whatever the buffers hold
+                    if (8 * i + j >= cols) v[j] = 0.f;
+            }
+            float m = 0.f, sum = 0.f;
+#pragma unroll
+            for (int j = 0; j < 8; j++) m = fmaxf(m, fabsf(v[j])), sum += v[j];
+#pragma unroll
+            for (int o = 1; o < 4; o <<= 1) {
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+                sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            }
+            const float inv = m > 0.f ? 32767.f / m : 0.f;
+            uint32_t w[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                w[j] = (uint32_t)(uint16_t)__float2int_rn(v[2 * j] * inv) | ((uint32_t)__float2int_rn(v[2 * j + 1] * inv) << 16);
+            if (in) {
+                xq[((b % CB) * 4 + k) * nch + b / CB] = make_uint4(w[0], w[1], w[2], w[3]);
+                if (k == 0) xscale[(b % CB) * nch + b / CB] = m / 32767.f, xsum[(b % CB) * nch + b / CB] = sum;
+            }
+        }
+    } else {
+        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
+            const int b = i >> 3, k = i & 7;
+            float4 v = reinterpret_cast<const float4*>(x)[i];
+            if (4 * i + 3 >= cols) {  // past cols: zeros, whatever the buffer holds
+                const int c = 4 * i;
+                v.x = c < cols ? v.x : 0.f, v.y = c + 1 < cols ? v.y : 0.f;
+                v.z = c + 2 < cols ? v.z : 0.f, v.w = c + 3 < cols ? v.w : 0.f;
+            }
+            if (act >= 0) {
+                const float4 u = reinterpret_cast<const float4*>(x2)[i];
+                const int c = 4 * i;
+                v.x = c < cols ? glu_act(v.x, u.x, act) : 0.f;
+                v.y = c + 1 < cols ? glu_act(v.y, u.y, act) : 0.f;
+                v.z = c + 2 < cols ? glu_act(v.z, u.z, act) : 0.f;
+                v.w = c + 3 < cols ? glu_act(v.w, u.w, act) : 0.f;
+            }
+            if (nw != nullptr) {
+                const float4 g = reinterpret_cast<const float4*>(nw)[i];
+                const int c = 4 * i;
+                v.x = c < cols ? v.x * rinv * (g.x + w_add) : 0.f;
+                v.y = c + 1 < cols ? v.y * rinv * (g.y + w_add) : 0.f;
+                v.z = c + 2 < cols ? v.z * rinv * (g.z + w_add) : 0.f;
+                v.w = c + 3 < cols ? v.w * rinv * (g.w + w_add) : 0.f;
+            }
+            xsh[k * nb + (b % CB) * nch + b / CB] = v;
+        }
+    }
+    __syncthreads();
+    return xscale8;
+}
+
+// matvecs is matvec for rows that are 16-byte aligned and hold whole
+// chunks. x (its cols values; zeros past them, whatever its buffer holds
+// there) is staged once per block of the grid into shared memory, laid
+// out so that the 32 lanes of a warp, each on its own chunk, read
+// consecutive 16-byte words (no bank conflicts, and no strided global
+// loads); the grid is persistent, each of its blocks looping over groups
+// of NW*SROWS rows, so x is staged once per block rather than once per
+// rows. Each of the NW warps owns SROWS rows over their whole length and
+// reduces with shuffles alone; every lane loads the next chunk of its rows
+// (and their scales) before it uses the current one, across row groups
+// too, and the first before the kernel waits for x (with PDL, while the
+// previous kernel still runs).
+// Few rows a warp and many warps a block suit matrices with few,
+// long rows; the sweep of BenchmarkMatVec picks per shape (matvecKernel).
+//
+// With act >= 0 the kernel stages act(x) * x2 (act.cuh) instead of x: the
+// gated MLP's activation folded into the down projection; cols values are
+// real, the rest of the last block zero. With nw it stages RMSNorm(x) (the
+// norm before the product; past cols, zeros); with accum it adds its output to y (the
+// residual add after the product: each row is read and written by the
+// lane that computes it, and no block stages y). With qx (tq2 only) it
+// takes x as BitNet's int8 activations, after the gate and the norm (which
+// may then both be set).
+template <int FMT, int SROWS, int NW>
+__device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
+                        const __half* __restrict__ mins, float tscale, const float* __restrict__ x,
+                        float* __restrict__ y, int rows, int nb, int row_bytes, int gb, int ng,
+                        const float* __restrict__ x2, int act, int cols, const float* __restrict__ nw,
+                        float eps, float w_add, int accum, int qx) {
+    constexpr int CB = chunk_blocks<FMT>(), U = chunk_u4<FMT>(), BW = 4 * U / CB;
+    constexpr bool PF = U <= 2;
+    constexpr bool SC = FMT == Q8 || FMT == Q4 || FMT == Q2 || FMT == Q1;
+    constexpr bool MN = FMT == Q4 || FMT == Q2;
+    // q4 takes x rounded to int16 per 32-weight block (relative error
+    // under 2^-15 of the block's largest value): its integer dot products
+    // cost a third of the float ones, which bound q4 below the bandwidth.
+    constexpr bool I16 = FMT == Q4;
+    // tq2 with qx takes x as BitNet does: int8 by the vector's absmax
+    // (after the gate and norm), integer dot products (dp4a).
+    const bool I8 = FMT == TQ2 && qx;
+    extern __shared__ float4 xsh[];
+    const int nch = nb / CB;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int groups = (rows + SROWS * NW - 1) / (SROWS * NW);
+    const uint8_t* wp[SROWS];
+    size_t sb[SROWS];
+    // setup points wp and sb at the rows of group grp; false when the warp
+    // has none there.
+    auto setup = [&](int grp) {
+        const int row0 = grp * SROWS * NW + warp * SROWS;
+        if (grp >= groups || row0 >= rows) return false;
+#pragma unroll
+        for (int r = 0; r < SROWS; r++) {
+            const int row = min(row0 + r, rows - 1);
+            wp[r] = W + (size_t)row * row_bytes;
+            sb[r] = (size_t)row * ng;
+        }
+        return true;
+    };
+    uint32_t nxt[SROWS][4 * U];
+    __half nsc[SROWS][CB], nmn[SROWS][CB];
+    auto load_all = [&](int cc, uint32_t (&w)[SROWS][4 * U], __half (&sc)[SROWS][CB], __half (&mn)[SROWS][CB]) {
+#pragma unroll
+        for (int r = 0; r < SROWS; r++) {
+            load_chunk<FMT>(wp[r] + (size_t)cc * 16 * U, w[r]);
+#pragma unroll
+            for (int k = 0; k < CB; k++) {
+                const int g = (cc * CB + k) / gb;
+                if (SC) sc[r][k] = scales[sb[r] + g];
+                if (MN) mn[r][k] = mins[sb[r] + g];
+            }
+        }
+    };
+    // The first chunk of the first rows is requested before x is staged
+    // (and, launched with PDL, while the previous kernel still runs), so
+    // the round trips overlap.
+    int grp = blockIdx.x;
+    bool have = setup(grp), loaded = PF && have && lane < nch;
+    if (loaded) load_all(lane, nxt, nsc, nmn);
+    pdl_wait();  // x is the previous kernel's output
+    const float xscale8 = stage_x<FMT>(xsh, x, x2, act, cols, nw, eps, w_add, I8, nb);
+    for (; grp < groups; grp += gridDim.x) {
+        if (grp != (int)blockIdx.x) have = setup(grp);
+        if (!have) continue;
+        const int row0 = grp * SROWS * NW + warp * SROWS;
+        float acc[SROWS];
+        int iacc[SROWS];  // I8: integer sums
+#pragma unroll
+        for (int r = 0; r < SROWS; r++) acc[r] = 0.f, iacc[r] = 0;
+        int c = lane;
+        if (PF && !loaded && c < nch) load_all(c, nxt, nsc, nmn);
+        loaded = false;
+        for (; c < nch; c += 32) {
+            uint32_t cur[SROWS][4 * U];
+            __half csc[SROWS][CB], cmn[SROWS][CB];
+            if (PF) {
+#pragma unroll
+                for (int r = 0; r < SROWS; r++) {
+#pragma unroll
+                    for (int i = 0; i < 4 * U; i++) cur[r][i] = nxt[r][i];
+#pragma unroll
+                    for (int k = 0; k < CB; k++) csc[r][k] = nsc[r][k], cmn[r][k] = nmn[r][k];
+                }
+                if (c + 32 < nch) {
+                    load_all(c + 32, nxt, nsc, nmn);
+                } else if (setup(grp + gridDim.x) && lane < nch) {
+                    // the next rows' first chunk, while this one is summed
+                    load_all(lane, nxt, nsc, nmn);
+                    loaded = true;
+                }
+            } else {
+                load_all(c, cur, csc, cmn);
+            }
+            if (FMT == TQ2 && I8) {  // codes are t+1: sum(t*q) = sum(code*q) - sum(q)
+                const uint4* xq = reinterpret_cast<const uint4*>(xsh);
+                int xw[16];
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const uint4 v = xq[q * nch + c];
+                    xw[4 * q] = v.x, xw[4 * q + 1] = v.y, xw[4 * q + 2] = v.z, xw[4 * q + 3] = v.w;
+                }
+                int xs = 0;
+#pragma unroll
+                for (int i = 0; i < 16; i++) xs = __dp4a(0x01010101, xw[i], xs);
+#pragma unroll
+                for (int r = 0; r < SROWS; r++) {
+                    int sd = -xs;
+#pragma unroll
+                    for (int j = 0; j < 2; j++)
+#pragma unroll
+                        for (int k = 0; k < 2; k++)
+#pragma unroll
+                            for (int sh = 0; sh < 4; sh++)
+                                sd = __dp4a((int)((cur[r][2 * j + k] >> (2 * sh)) & 0x03030303u), xw[8 * j + 2 * sh + k], sd);
+                    iacc[r] += sd;
+                }
+                continue;
+            }
+            if (I16) {  // q4 with int16 x: integer dot products (dp2a), 8 weights in 6 instructions
+                const uint4* xq = reinterpret_cast<const uint4*>(xsh);
+                const float* xf = reinterpret_cast<const float*>(xsh + 4 * nb);
+#pragma unroll
+                for (int kb = 0; kb < CB; kb++) {
+                    int xw[16];
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        const uint4 v = xq[(kb * 4 + q) * nch + c];
+                        xw[4 * q] = v.x, xw[4 * q + 1] = v.y, xw[4 * q + 2] = v.z, xw[4 * q + 3] = v.w;
+                    }
+                    const float xs = xf[kb * nch + c], xsum = xf[nb + kb * nch + c];
+#pragma unroll
+                    for (int r = 0; r < SROWS; r++) {
+                        int sd = 0;
+#pragma unroll
+                        for (int k = 0; k < 4; k++) {
+                            const uint32_t u = cur[r][kb * 4 + k];
+                            const int lo = (int)(u & 0x0F0F0F0Fu), hi = (int)((u >> 4) & 0x0F0F0F0Fu);
+                            sd = __dp2a_lo(xw[2 * k], lo, sd);
+                            sd = __dp2a_hi(xw[2 * k + 1], lo, sd);
+                            sd = __dp2a_lo(xw[8 + 2 * k], hi, sd);
+                            sd = __dp2a_hi(xw[8 + 2 * k + 1], hi, sd);
+                        }
+                        acc[r] += __half2float(csc[r][kb]) * (xs * (float)sd) + __half2float(cmn[r][kb]) * xsum;
+                    }
+                }
+                continue;
+            }
+#pragma unroll
+            for (int k = 0; k < CB; k++) {
+                float xv[32];
+#pragma unroll
+                for (int q = 0; q < 8; q++) {
+                    float4 v = xsh[q * nb + k * nch + c];
+                    xv[4 * q] = v.x, xv[4 * q + 1] = v.y, xv[4 * q + 2] = v.z, xv[4 * q + 3] = v.w;
+                }
+                float xs = 0.f;
+                if (MN) {
+#pragma unroll
+                    for (int i = 0; i < 32; i++) xs += xv[i];
+                }
+#pragma unroll
+                for (int r = 0; r < SROWS; r++) {
+                    float s = block_dot_w<FMT>(&cur[r][k * BW], xv);
+                    if (FMT == Q8 || FMT == Q1) {
+                        s *= __half2float(csc[r][k]);
+                    } else if (MN) {
+                        s = __half2float(csc[r][k]) * s + __half2float(cmn[r][k]) * xs;
+                    }
+                    acc[r] += s;
+                }
+            }
+        }
+        // The block's last rows: let the next kernel start fetching.
+        if (grp + (int)gridDim.x >= groups) pdl_launch_dependents();
+#pragma unroll
+        for (int r = 0; r < SROWS; r++)
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+                if (I8) iacc[r] += __shfl_xor_sync(0xffffffffu, iacc[r], o);
+            }
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < SROWS; r++)
+                if (row0 + r < rows) {
+                    const float ts = FMT == TQ2 ? tq2_scale(scales, row0 + r, tscale) : 1.f;
+                    const float v = I8 ? (float)iacc[r] * ts * xscale8 : FMT == TQ2 ? acc[r] * ts : acc[r];
+                    y[row0 + r] = accum ? y[row0 + r] + v : v;
+                }
+    }
+}
 
 #define MATVEC(name, FMT, NT)                                                                                  \
     extern "C" __global__ void __launch_bounds__(NT) name(const uint8_t* W, const __half* scales,             \
