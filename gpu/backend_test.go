@@ -70,7 +70,8 @@ func newGPUSession(t *testing.T, d *Device, m *model.Model, ctx, batch int) (*mo
 
 // TestBackendMatchesCPU runs fixture models (dimensions that are not
 // multiples of 32, GQA, tied and untied heads, BitNet's sub-norms and
-// ternary weights) on the GPU and on the CPU: a prefill in two chunks,
+// ternary weights; and wider ones that take the fused shared-memory
+// products and decode attention) on the GPU and on the CPU: a prefill in two chunks,
 // then decode steps (captured as a graph from the second on) fed with the
 // CPU's greedy tokens. Logits agree to a relative L2 under 1e-3 (tq2:
 // 1e-2, where int8 activations round at the same points but float sums
@@ -95,6 +96,8 @@ func TestBackendMatchesCPU(t *testing.T) {
 		{"tied-q1", tied, quantize.Q1, 1e-3},
 		{"bitnet-f32", bitnet, quantize.F32, 1e-3},
 		{"bitnet-tq2", bitnet, quantize.TQ2, 1e-2},
+		{"wide-q4", wideSpec("LlamaForCausalLM"), quantize.Q4, 1e-3},
+		{"wide-bitnet-tq2", wideSpec("BitNetForCausalLM"), quantize.TQ2, 1e-2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := fixtureModel(t, tc.spec, tc.f)
@@ -184,6 +187,13 @@ func TestBackendGraphEqualsDirect(t *testing.T) {
 	if s := db.steps[direct]; s == nil || s.g != nil {
 		t.Fatalf("direct session recorded a graph: %+v", s)
 	}
+}
+
+// wideSpec is a fixture whose shapes the shared-memory products and
+// decode attention take: widths in whole 64-weight chunks, head size 64.
+func wideSpec(arch string) fixture.Spec {
+	return fixture.Spec{Arch: arch, Hidden: 256, Intermediate: 512, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 64,
+		Vocab: 128, Seed: 3}
 }
 
 // TestBackendStoriesGreedy decodes stories260K greedily on the GPU: the

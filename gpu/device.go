@@ -16,7 +16,6 @@ import (
 	"os"
 	"runtime"
 	"sync"
-	"time"
 	"unsafe"
 )
 
@@ -124,10 +123,6 @@ func (d *Device) loop(started chan<- error) {
 	}
 	started <- nil
 	for {
-		if f, ok := poll(d.calls, d.quit); ok {
-			f()
-			continue
-		}
 		select {
 		case f := <-d.calls:
 			f()
@@ -135,27 +130,6 @@ func (d *Device) loop(started chan<- error) {
 			return
 		}
 	}
-}
-
-// spinFor is how long the device thread, and a caller waiting for it,
-// poll before they sleep: the calls of a decode step follow one another
-// within it, and waking a sleeping thread costs several microseconds a
-// call (BENCHMARKS.md, session 5).
-const spinFor = 50 * time.Microsecond
-
-// poll receives from c for up to spinFor without sleeping; ok is false
-// when nothing came (or quit closed).
-func poll[T any](c <-chan T, quit <-chan struct{}) (v T, ok bool) {
-	for t0 := time.Now(); time.Since(t0) < spinFor; {
-		select {
-		case v = <-c:
-			return v, true
-		case <-quit:
-			return v, false
-		default:
-		}
-	}
-	return v, false
 }
 
 // init runs on the device thread: driver, device, context, stream, kernels.
@@ -268,9 +242,6 @@ func (d *Device) do(fn func() error) error {
 	case d.calls <- func() { errc <- fn() }:
 	case <-d.quit:
 		return ErrClosed
-	}
-	if err, ok := poll(errc, nil); ok {
-		return err
 	}
 	return <-errc
 }
