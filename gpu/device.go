@@ -58,9 +58,6 @@ type Device struct {
 	// 2 or 4 the shared-memory one with that many rows a warp (tests and
 	// benchmarks; 0 chooses by shape).
 	matvecMode int
-	// deepOff keeps one chunk ahead in the one-row kernels
-	// (LOWBIT_DEEP=off, to compare with matvecS1W16D4).
-	deepOff bool
 	// sharedSet records the dynamic shared memory each kernel may use.
 	sharedSet map[string]int
 
@@ -177,7 +174,6 @@ func (d *Device) init() error {
 		*a.dst = int(v)
 	}
 	d.pdl = d.major >= 9 && c.fn[fnLaunchKernelEx] != 0 && os.Getenv(pdlEnv) != "off"
-	d.deepOff = os.Getenv("LOWBIT_DEEP") == "off"
 	if d.major < minMajor {
 		return fmt.Errorf("gpu: %s needs sm_80 or newer, found sm_%d%d", d.name, d.major, d.minor)
 	}

@@ -37,13 +37,12 @@ gputest() {
 	grep -E '^--- FAIL' -A5 "$OUT/gputest.log" | head -40
 }
 
-# bench SHAPE BITS [ENV...]: one tg128 measurement, its line in the summary
-# (LOWBIT=path runs another lowbit binary, such as a baseline's in $BIN).
+# bench SHAPE BITS [ENV...]: one tg128 measurement, its line in the summary.
 bench() {
 	local shape=$1 bits=$2
 	shift 2
 	local line
-	line=$(env "$@" "${LOWBIT:-$BIN/lowbit}" bench --shape "$shape" --bits "$bits" -p "${PP:-0}" -n 128 -r "${REPS:-3}" --device cuda -q 2>&1 |
+	line=$(env "$@" "$BIN/lowbit" bench --shape "$shape" --bits "$bits" -p "${PP:-0}" -n 128 -r "${REPS:-3}" --device cuda -q 2>&1 |
 		grep -E '^\| .*(tg|pp)[0-9]' | awk -F'|' '{printf "%s %s", $6, $7}')
 	log "$shape $bits $* :$line"
 }
@@ -60,30 +59,18 @@ profile() {
 	bench tinyllama 4
 }
 
-# ab: the session's starting build ($BIN/lowbit-base, its own PTX) against
-# this one, with and without LOWBIT_DEEP, alternating on one machine.
-ab() {
-	for round in 1 2; do
-		for b in "tinyllama 4" "tinyllama 8" "bitnet-2b tq2" "llama2-7b 4"; do
-			LOWBIT=$BIN/lowbit-base bench $b LOWBIT_PTX_DIR= BASE=1
-			bench $b LOWBIT_DEEP=off
-			bench $b
-		done
-	done
-	LOWBIT=$BIN/lowbit-base PP=512 bench tinyllama 4 LOWBIT_PTX_DIR= BASE=1
-	PP=512 bench tinyllama 4
-	bench tinyllama 4 LOWBIT_SKIP=attn,qkv,o,gateup,down,head
-}
-
-# products: the matrix-vector benchmark (PRODUCTS: shape/format patterns;
-# by default BitNet's int8 products and TinyLlama's q4 and q8, every kernel).
+# products: the matrix-vector benchmark, BitNet's int8 products on every
+# kernel and TinyLlama's q4 and q8 products, prefetch off and on.
 products() {
-	log "products"
-	for pat in ${PRODUCTS:-bitnet2b.*/tq2-i8 tinyllama.*/^(q4|q8)}; do
-		"$BIN/gpu.test" -test.run '^$' -test.bench "BenchmarkMatVec/$pat" -test.benchtime 30x >>"$OUT/products.log" 2>&1
+	for pf in off 25; do
+		log "products prefetch=$pf"
+		for pat in 'bitnet2b.*/tq2-i8' 'tinyllama.*/^(q4|q8)$'; do
+			LOWBIT_PREFETCH=$pf "$BIN/gpu.test" -test.run '^$' -test.bench "BenchmarkMatVec/$pat" \
+				-test.benchtime 30x >>"$OUT/products-$pf.log" 2>&1
+		done
+		grep -E '^BenchmarkMatVec' "$OUT/products-$pf.log" | awk '{print $1, $5 "us", $9 "%"}' |
+			sed 's/BenchmarkMatVec.//' >>"$OUT/summary.txt"
 	done
-	grep -E '^BenchmarkMatVec' "$OUT/products.log" | awk '{print $1, $9 "us", $5 "%"}' |
-		sed 's/BenchmarkMatVec.//' >>"$OUT/summary.txt"
 }
 
 build

@@ -210,11 +210,6 @@ func (d *Device) kernelFor(m *Matrix, o matvecOpts) int {
 	mode := d.matvecMode
 	if mode == 0 {
 		mode = matvecKernel(m.Format, m.Rows, m.Cols)
-		// Rows of more than a chunk a lane: several chunks loaded at once
-		// (LOWBIT_DEEP=off to compare).
-		if mode == matvecS1W16 && !d.deepOff && m.blocks()/chunkBlocks(m.Format) > 32 {
-			mode = matvecS1W16D4
-		}
 	}
 	if mode != matvecPlain && m.rowBytes%16 == 0 && m.blocks()%chunkBlocks(m.Format) == 0 && stagedBytes(m, o) <= d.maxShared {
 		return mode
@@ -251,11 +246,8 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 		return d.launchPDL(fmt.Sprintf("matvec_%s_%d", m.Format, nt), grid1((m.Rows+3)/4), grid1(nt), 0, args...)
 	default:
 		shared := stagedBytes(m, o)
-		depth, rows, warps := mode/10000, mode/100%100, mode%100
+		rows, warps := mode/100, mode%100
 		name := fmt.Sprintf("matvec_%s_s%dw%d", m.Format, rows, warps)
-		if depth > 1 {
-			name += fmt.Sprintf("d%d", depth)
-		}
 		if err := d.allowShared(name, shared); err != nil {
 			return err
 		}
@@ -275,20 +267,18 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 }
 
 // Matrix-vector kernels (Device.matvecMode, matvecKernel): the plain one,
-// or a shared-memory one given as chunks loaded ahead * 10000 (when more
-// than one) + rows a warp * 100 + warps a block.
+// or a shared-memory one given as rows a warp * 100 + warps a block.
 const (
-	matvecPlain   = 1
-	matvecS4W4    = 404
-	matvecS2W4    = 204
-	matvecS2W8    = 208
-	matvecS1W8    = 108
-	matvecS1W16   = 116
-	matvecS1W16D4 = 40116
+	matvecPlain = 1
+	matvecS4W4  = 404
+	matvecS2W4  = 204
+	matvecS2W8  = 208
+	matvecS1W8  = 108
+	matvecS1W16 = 116
 )
 
 // matvecKernels lists the shared-memory kernels built in matvec.cu.
-var matvecKernels = []int{matvecS4W4, matvecS2W4, matvecS2W8, matvecS1W8, matvecS1W16, matvecS1W16D4}
+var matvecKernels = []int{matvecS4W4, matvecS2W4, matvecS2W8, matvecS1W8, matvecS1W16}
 
 // matvecKernel picks the matvec kernel for a shape, from the kernel sweep
 // of BenchmarkMatVec on the H100 (BENCHMARKS.md, 2026-11-22): the plain

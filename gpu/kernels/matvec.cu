@@ -420,7 +420,7 @@ __device__ float stage_x(float4* xsh, const float* __restrict__ x, const float* 
 // lane that computes it, and no block stages y). With qx (tq2 only) it
 // takes x as BitNet's int8 activations, after the gate and the norm (which
 // may then both be set).
-template <int FMT, int SROWS, int NW, int PD = 1>
+template <int FMT, int SROWS, int NW>
 __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
                         const __half* __restrict__ mins, float tscale, const float* __restrict__ x,
                         float* __restrict__ y, int rows, int nb, int row_bytes, int gb, int ng,
@@ -456,10 +456,8 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
         }
         return true;
     };
-    // nxt holds the next PD chunks of the warp's rows (lane + 32j of its
-    // row, j < PD), loaded ahead of their use.
-    uint32_t nxt[PD][SROWS][4 * U];
-    __half nsc[PD][SROWS][CB], nmn[PD][SROWS][CB];
+    uint32_t nxt[SROWS][4 * U];
+    __half nsc[SROWS][CB], nmn[SROWS][CB];
     auto load_all = [&](int cc, uint32_t (&w)[SROWS][4 * U], __half (&sc)[SROWS][CB], __half (&mn)[SROWS][CB]) {
 #pragma unroll
         for (int r = 0; r < SROWS; r++) {
@@ -472,18 +470,12 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
             }
         }
     };
-    // first loads the first PD chunks of the rows set up.
-    auto first = [&]() {
-#pragma unroll
-        for (int j = 0; j < PD; j++)
-            if (lane + 32 * j < nch) load_all(lane + 32 * j, nxt[j], nsc[j], nmn[j]);
-    };
-    // The first chunks of the first rows are requested before x is staged
+    // The first chunk of the first rows is requested before x is staged
     // (and, launched with PDL, while the previous kernel still runs), so
     // the round trips overlap.
     int grp = blockIdx.x;
     bool have = setup(grp), loaded = PF && have && lane < nch;
-    if (loaded) first();
+    if (loaded) load_all(lane, nxt, nsc, nmn);
     pdl_wait();  // x is the previous kernel's output
     const float xscale8 = stage_x<FMT>(xsh, x, x2, act, cols, nw, eps, w_add, I8, nb);
     for (; grp < groups; grp += gridDim.x) {
@@ -495,7 +487,7 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
 #pragma unroll
         for (int r = 0; r < SROWS; r++) acc[r] = 0.f, iacc[r] = 0;
         int c = lane;
-        if (PF && !loaded && c < nch) first();
+        if (PF && !loaded && c < nch) load_all(c, nxt, nsc, nmn);
         loaded = false;
         for (; c < nch; c += 32) {
             uint32_t cur[SROWS][4 * U];
@@ -504,24 +496,15 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
 #pragma unroll
                 for (int r = 0; r < SROWS; r++) {
 #pragma unroll
-                    for (int i = 0; i < 4 * U; i++) cur[r][i] = nxt[0][r][i];
+                    for (int i = 0; i < 4 * U; i++) cur[r][i] = nxt[r][i];
 #pragma unroll
-                    for (int k = 0; k < CB; k++) csc[r][k] = nsc[0][r][k], cmn[r][k] = nmn[0][r][k];
+                    for (int k = 0; k < CB; k++) csc[r][k] = nsc[r][k], cmn[r][k] = nmn[r][k];
                 }
-#pragma unroll
-                for (int j = 0; j + 1 < PD; j++)
-#pragma unroll
-                    for (int r = 0; r < SROWS; r++) {
-#pragma unroll
-                        for (int i = 0; i < 4 * U; i++) nxt[j][r][i] = nxt[j + 1][r][i];
-#pragma unroll
-                        for (int k = 0; k < CB; k++) nsc[j][r][k] = nsc[j + 1][r][k], nmn[j][r][k] = nmn[j + 1][r][k];
-                    }
-                if (c + 32 * PD < nch) {
-                    load_all(c + 32 * PD, nxt[PD - 1], nsc[PD - 1], nmn[PD - 1]);
-                } else if (PD == 1 && setup(grp + gridDim.x) && lane < nch) {
+                if (c + 32 < nch) {
+                    load_all(c + 32, nxt, nsc, nmn);
+                } else if (setup(grp + gridDim.x) && lane < nch) {
                     // the next rows' first chunk, while this one is summed
-                    load_all(lane, nxt[0], nsc[0], nmn[0]);
+                    load_all(lane, nxt, nsc, nmn);
                     loaded = true;
                 }
             } else {
@@ -642,21 +625,10 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
         matvecs<FMT, R, W>(W_, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng, x2, act, cols, nw, eps, \
                            w_add, accum, qx);                                                                 \
     }
-// matvec_<fmt>_s1w16d4: one row a warp, 16 warps, four chunks of the row
-// loaded ahead (for long rows: their first four round trips at once).
-#define MATVECS_D4(fmt, FMT)                                                                                  \
-    extern "C" __global__ void __launch_bounds__(512)                                                        \
-        matvec_##fmt##_s1w16d4(const uint8_t* W_, const __half* scales, const __half* mins, float tscale,     \
-                               const float* x, float* y, int rows, int nb, int row_bytes, int gb, int ng,     \
-                               const float* x2, int act, int cols, const float* nw, float eps, float w_add,   \
-                               int accum, int qx) {                                                          \
-        matvecs<FMT, 1, 16, 4>(W_, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng, x2, act, cols, nw, \
-                               eps, w_add, accum, qx);                                                        \
-    }
 #define MATVEC_ALL(fmt, FMT)                                                                                  \
     MATVEC(matvec_##fmt##_32, FMT, 32) MATVEC(matvec_##fmt##_64, FMT, 64) MATVEC(matvec_##fmt##_128, FMT, 128) \
     MATVECS(fmt, FMT, 4, 4) MATVECS(fmt, FMT, 2, 4) MATVECS(fmt, FMT, 2, 8) MATVECS(fmt, FMT, 1, 8)           \
-    MATVECS(fmt, FMT, 1, 16) MATVECS_D4(fmt, FMT)
+    MATVECS(fmt, FMT, 1, 16)
 
 MATVEC_ALL(f32, F32)
 MATVEC_ALL(f16, F16)
