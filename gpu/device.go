@@ -70,15 +70,6 @@ type Device struct {
 	// blasOff keeps every product on lowbit's own kernels (tests).
 	blasOff bool
 
-	// stage is pinned host memory for small copies (the step's token ids,
-	// the argmax id, sampling candidates): its first half takes uploads,
-	// queued without waiting for the stream (stageEv marks when the last
-	// one has left it), its second half downloads. capturing is set while
-	// a graph is recorded, when copies take the plain path.
-	stage     []byte
-	stageEv   uintptr
-	capturing bool
-
 	// Launch parameter slots, reused by every launch (device thread only).
 	argv [maxParams]uint64
 	argp [maxParams]uintptr
@@ -190,15 +181,6 @@ func (d *Device) init() error {
 	if err := c.check(c.call(fnStreamCreate, uintptr(unsafe.Pointer(&d.stream)), 1), "cuStreamCreate"); err != nil {
 		return err
 	}
-	var host *byte // pinned memory outside Go's heap
-	if err := c.check(c.call(fnMemAllocHost, uintptr(unsafe.Pointer(&host)), stageSize), "cuMemAllocHost_v2"); err != nil {
-		return err
-	}
-	d.stage = unsafe.Slice(host, stageSize)
-	// CU_EVENT_DISABLE_TIMING: a marker, cheaper to record.
-	if err := c.check(c.call(fnEventCreate, uintptr(unsafe.Pointer(&d.stageEv)), 2), "cuEventCreate"); err != nil {
-		return err
-	}
 	return d.loadModules()
 }
 
@@ -218,14 +200,6 @@ func (d *Device) release() {
 		c.call(fnModuleUnload, m)
 	}
 	d.mods = nil
-	if d.stageEv != 0 {
-		c.call(fnEventDestroy, d.stageEv)
-		d.stageEv = 0
-	}
-	if d.stage != nil {
-		c.call(fnMemFreeHost, uintptr(unsafe.Pointer(&d.stage[0])))
-		d.stage = nil
-	}
 	if d.stream != 0 {
 		c.call(fnStreamDestroy, d.stream)
 		d.stream = 0

@@ -54,7 +54,6 @@ var driverSymbols = [...]string{
 	"cuStreamBeginCapture_v2", "cuStreamEndCapture", "cuGraphInstantiateWithFlags",
 	"cuGraphLaunch", "cuGraphExecDestroy", "cuGraphDestroy", "cuGetErrorName", "cuGetErrorString",
 	"cuDriverGetVersion", "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-	"cuMemAllocHost_v2", "cuMemFreeHost", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2",
 }
 
 // optionalSymbols are entry points used when the driver has them
@@ -103,10 +102,6 @@ const (
 	fnGetErrorString
 	fnDriverGetVersion
 	fnOccupancy
-	fnMemAllocHost
-	fnMemFreeHost
-	fnMemcpyHtoDAsync
-	fnMemcpyDtoHAsync
 	fnLaunchKernelEx // optional: zero when the driver lacks it
 	numFns
 )

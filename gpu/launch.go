@@ -160,11 +160,7 @@ func (d *Device) capture(fn func() error) (*Graph, error) {
 // beginCapture starts recording the stream's work (device thread).
 func (d *Device) beginCapture() error {
 	// CU_STREAM_CAPTURE_MODE_RELAXED: allocations elsewhere stay legal.
-	if err := d.drv.check(d.drv.call(fnStreamBeginCapture, d.stream, 2), "cuStreamBeginCapture_v2"); err != nil {
-		return err
-	}
-	d.capturing = true
-	return nil
+	return d.drv.check(d.drv.call(fnStreamBeginCapture, d.stream, 2), "cuStreamBeginCapture_v2")
 }
 
 // endCapture stops recording and instantiates the graph; ferr, the error
@@ -172,7 +168,6 @@ func (d *Device) beginCapture() error {
 func (d *Device) endCapture(ferr error) (*Graph, error) {
 	c := d.drv
 	var g uintptr
-	d.capturing = false
 	eerr := c.check(c.call(fnStreamEndCapture, d.stream, uintptr(unsafe.Pointer(&g))), "cuStreamEndCapture")
 	if ferr != nil || eerr != nil {
 		if g != 0 {

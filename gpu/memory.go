@@ -171,29 +171,11 @@ func (d *Device) htod(dst Buffer, off int64, src []byte) error {
 	if off < 0 || off+int64(len(src)) > dst.size {
 		return fmt.Errorf("gpu: copy of %d bytes at offset %d into a %d-byte buffer", len(src), off, dst.size)
 	}
-	c := d.drv
-	if len(src) <= stageSize/2 && d.stage != nil && !d.capturing {
-		// Staged: queued behind the stream's work; the host waits only
-		// for the previous staged upload to have left the pinned buffer.
-		if err := c.check(c.call(fnEventSynchronize, d.stageEv), "cuEventSynchronize"); err != nil {
-			return err
-		}
-		copy(d.stage, src)
-		r := c.call(fnMemcpyHtoDAsync, uintptr(dst.ptr)+uintptr(off), uintptr(unsafe.Pointer(&d.stage[0])), uintptr(len(src)), d.stream)
-		if err := c.check(r, "cuMemcpyHtoDAsync_v2"); err != nil {
-			return err
-		}
-		return c.check(c.call(fnEventRecord, d.stageEv, d.stream), "cuEventRecord")
-	}
 	if err := d.sync(); err != nil {
 		return err
 	}
-	return c.check(c.call(fnMemcpyHtoD, uintptr(dst.ptr)+uintptr(off), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src))), "cuMemcpyHtoD_v2")
+	return d.drv.check(d.drv.call(fnMemcpyHtoD, uintptr(dst.ptr)+uintptr(off), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src))), "cuMemcpyHtoD_v2")
 }
-
-// stageSize is the pinned staging buffer's size: half for uploads, half
-// for downloads.
-const stageSize = 64 << 10
 
 // dtoh copies len(dst) bytes from src at offset off, after the stream's
 // queued work is done.
@@ -204,24 +186,10 @@ func (d *Device) dtoh(dst []byte, src Buffer, off int64) error {
 	if off < 0 || off+int64(len(dst)) > src.size {
 		return fmt.Errorf("gpu: copy of %d bytes at offset %d out of a %d-byte buffer", len(dst), off, src.size)
 	}
-	c := d.drv
-	if len(dst) <= stageSize/2 && d.stage != nil && !d.capturing {
-		// Into pinned memory behind the stream's work, one wait for both.
-		down := d.stage[stageSize/2:]
-		r := c.call(fnMemcpyDtoHAsync, uintptr(unsafe.Pointer(&down[0])), uintptr(src.ptr)+uintptr(off), uintptr(len(dst)), d.stream)
-		if err := c.check(r, "cuMemcpyDtoHAsync_v2"); err != nil {
-			return err
-		}
-		if err := d.sync(); err != nil {
-			return err
-		}
-		copy(dst, down)
-		return nil
-	}
 	if err := d.sync(); err != nil {
 		return err
 	}
-	return c.check(c.call(fnMemcpyDtoH, uintptr(unsafe.Pointer(&dst[0])), uintptr(src.ptr)+uintptr(off), uintptr(len(dst))), "cuMemcpyDtoH_v2")
+	return d.drv.check(d.drv.call(fnMemcpyDtoH, uintptr(unsafe.Pointer(&dst[0])), uintptr(src.ptr)+uintptr(off), uintptr(len(dst))), "cuMemcpyDtoH_v2")
 }
 
 // CopyToDevice copies src into dst from its start.
