@@ -10,8 +10,11 @@ import (
 // Backend runs the model's forward pass (model.Backend) on a Device: every
 // weight uploaded once, the KV cache allocated once, activations in device
 // buffers, every operation queued on the device's stream. Only Read copies
-// back. Errors are sticky: the first failure of a queued operation is kept
-// and returned from Read and Err, and later operations are skipped.
+// back. Operations are held until a result is needed (Read, Argmax, TopK,
+// Err) and then handed to the device thread together: a decode step is one
+// hand-off to that thread, not one an operation. Errors are sticky: the
+// first failure of a queued operation is kept and returned from Read and
+// Err, and later operations are skipped.
 //
 // A decode step (one token) can be recorded as a CUDA graph and replayed
 // (ReplayStep, model.StepReplayer): the step's token id and position live
@@ -38,6 +41,9 @@ type Backend struct {
 	topk Buffer // TopK's results (kept for the next step)
 
 	fused []*Matrix // joined weights (Fuse); parts are views into them
+
+	// queue holds the operations not yet handed to the device thread.
+	queue []func() error
 
 	steps map[any]*stepGraph
 	// skip and normed: LOWBIT_SKIP's kernels and the count of normed
@@ -121,6 +127,7 @@ func (b *Backend) Device() *Device { return b.d }
 // Close frees the backend's weights, buffers, caches and graphs (the
 // Device stays open).
 func (b *Backend) Close() {
+	b.queue = nil
 	b.d.do(func() error {
 		for _, s := range b.steps {
 			if s.g != nil {
@@ -186,6 +193,7 @@ func (b *Backend) Upload(w *model.Weight) (model.Mat, error) {
 	if m, ok := b.mats[w]; ok {
 		return m, nil
 	}
+	b.settle()
 	var m *Matrix
 	var err error
 	switch {
@@ -233,6 +241,7 @@ func (b *Backend) Alloc(n int) (model.Buf, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("gpu: cannot allocate %d values", n)
 	}
+	b.settle()
 	var buf Buffer
 	err := b.d.do(func() (err error) {
 		if buf, err = b.d.pool.alloc(b.d, int64(4*(n+32)), MemScratch); err != nil {
@@ -263,6 +272,7 @@ func (b *Backend) NewCache(layers, positions, kvDim int) (model.KVCache, error) 
 	if layers <= 0 || positions <= 0 || kvDim <= 0 {
 		return nil, fmt.Errorf("gpu: bad cache geometry %d layers x %d positions x %d", layers, positions, kvDim)
 	}
+	b.settle()
 	per := int64(positions) * int64(kvDim) * 4
 	c := &gpuCache{positions: positions, kvDim: kvDim}
 	err := b.d.do(func() (err error) {
@@ -299,11 +309,8 @@ func (b *Backend) SetStep(tokens []int, pos int) error {
 	}
 	b.n, b.first = len(tokens), pos
 	b.normed = 0
-	err := b.d.do(func() error { return b.d.htod(b.step, 0, bytesOf(buf)) })
-	if err != nil {
-		b.fail(err)
-	}
-	return err
+	b.op("step", func() error { return b.d.htod(b.step, 0, bytesOf(buf)) })
+	return nil
 }
 
 // fail records the first error.
@@ -313,14 +320,53 @@ func (b *Backend) fail(err error) {
 	}
 }
 
-// op runs fn on the device thread unless an earlier operation failed.
+// op queues fn for the device thread unless an earlier operation failed.
 func (b *Backend) op(name string, fn func() error) {
 	if b.err != nil {
 		return
 	}
-	if err := b.d.do(fn); err != nil {
-		b.fail(fmt.Errorf("gpu: %s: %w", name, err))
+	b.queue = append(b.queue, func() error {
+		if err := fn(); err != nil {
+			return fmt.Errorf("gpu: %s: %w", name, err)
+		}
+		return nil
+	})
+}
+
+// run hands the queued operations, then fn (when not nil), to the device
+// thread in one call. The first failure stops the rest and is kept.
+func (b *Backend) run(fn func() error) error {
+	q := b.queue
+	b.queue = nil
+	if b.err != nil {
+		return b.err
 	}
+	err := b.d.do(func() error {
+		if err := runAll(q); err != nil {
+			return err
+		}
+		if fn != nil {
+			return fn()
+		}
+		return nil
+	})
+	b.fail(err)
+	return err
+}
+
+// settle runs what is queued before a call that goes to the device
+// thread by itself (uploads, allocations), so the stream keeps the order
+// of the calls; a failure stays sticky (Err).
+func (b *Backend) settle() { b.run(nil) }
+
+// runAll runs queued operations in order, up to the first failure.
+func runAll(q []func() error) error {
+	for _, op := range q {
+		if err := op(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Embed implements model.Backend. Tables in formats other than f32 and q8
@@ -336,6 +382,7 @@ func (b *Backend) Embed(dst model.Buf, table model.Mat, n int, scale float32) {
 			for r := 0; r < rows; r++ {
 				t.w.Row(r, f[r*cols:(r+1)*cols])
 			}
+			b.settle()
 			wide, err := b.d.UploadFloat(quantize.F32, f, rows, cols)
 			if err != nil {
 				b.fail(fmt.Errorf("gpu: embedding table as f32: %w", memError(err)))
@@ -519,14 +566,15 @@ func (b *Backend) FusedMatMul(dst, x model.Buf, w model.Mat, f model.Fusion) boo
 	if len(b.skip) > 0 && b.skip[b.productRole(m, f.Act != "", f.Add)] {
 		return true
 	}
-	ok := false
+	// The device thread is idle between hand-offs, so its settings can be
+	// read here.
+	if !b.d.canFuse(m, o) {
+		return false
+	}
 	b.op("matmul "+string(m.Format)+" fused", func() error {
-		if ok = b.d.canFuse(m, o); !ok {
-			return nil
-		}
 		return b.d.matvecWith(m, x.(gpuBuf).b, dst.(gpuBuf).b, o)
 	})
-	return ok
+	return true
 }
 
 // gluOf maps the model's activation name to the kernels' code.
@@ -556,11 +604,7 @@ func (b *Backend) Read(dst []float32, src model.Buf, off int) error {
 	if off < 0 || off+len(dst) > s.n {
 		return fmt.Errorf("gpu: read of %d values at %d from a buffer of %d", len(dst), off, s.n)
 	}
-	if err := b.d.do(func() error { return b.d.dtoh(bytesOf(dst), s.b, int64(4*off)) }); err != nil {
-		b.fail(err)
-		return err
-	}
-	return nil
+	return b.run(func() error { return b.d.dtoh(bytesOf(dst), s.b, int64(4*off)) })
 }
 
 // Argmax returns the index of the largest of the first n values of src,
@@ -570,25 +614,21 @@ func (b *Backend) Argmax(src model.Buf, n int) (int, error) {
 		return 0, b.err
 	}
 	var idx [1]int32
-	err := b.d.do(func() error {
+	err := b.run(func() error {
 		if err := b.d.argmax(src.(gpuBuf).b, n, b.idx); err != nil {
 			return err
 		}
 		return b.d.dtoh(bytesOf(idx[:]), b.idx, 0)
 	})
 	if err != nil {
-		b.fail(err)
 		return 0, err
 	}
 	return int(idx[0]), nil
 }
 
-// Err implements model.Backend.
+// Err implements model.Backend: the queued operations run first.
 func (b *Backend) Err() error {
-	if b.err != nil {
-		return b.err
-	}
-	return nil
+	return b.run(nil)
 }
 
 // ReplayStep implements model.StepReplayer: the first call for key runs
@@ -607,26 +647,26 @@ func (b *Backend) ReplayStep(key any, enqueue func() error) error {
 	}
 	s.runs++
 	if s.g != nil {
-		if err := b.d.do(func() error { return b.d.launchGraph(s.g) }); err != nil {
-			b.fail(err)
-			return err
-		}
+		b.op("graph", func() error { return b.d.launchGraph(s.g) })
 		return nil
 	}
 	if s.runs == 1 || b.noGraphs {
 		return enqueue()
 	}
-	if err := b.d.do(func() error { return b.d.beginCapture() }); err != nil {
-		b.fail(err)
+	// The operations queued before (the step's ids) run before the capture
+	// begins; the step's own run inside it, as the capture ends.
+	if err := b.run(func() error { return b.d.beginCapture() }); err != nil {
 		return err
 	}
 	ferr := enqueue()
-	if ferr == nil {
-		ferr = b.err
-	}
+	q := b.queue
+	b.queue = nil
 	var g *Graph
 	err := b.d.do(func() (err error) {
-		g, err = b.d.endCapture(ferr)
+		if ferr == nil {
+			ferr = runAll(q)
+		}
+		g, err = b.d.endCapture(ferr) // ends the capture whatever happened
 		return err
 	})
 	if err != nil {
@@ -634,10 +674,7 @@ func (b *Backend) ReplayStep(key any, enqueue func() error) error {
 		return err
 	}
 	s.g = g
-	if err := b.d.do(func() error { return b.d.launchGraph(g) }); err != nil {
-		b.fail(err)
-		return err
-	}
+	b.op("graph", func() error { return b.d.launchGraph(g) })
 	return nil
 }
 
@@ -648,7 +685,10 @@ func (b *Backend) ReplayStep(key any, enqueue func() error) error {
 // Parts whose rows or scales would not start on a 16-byte boundary are
 // not fused.
 func (b *Backend) Fuse(parts ...model.Mat) (model.Mat, bool) {
-	if len(parts) < 2 || b.err != nil {
+	if len(parts) < 2 {
+		return nil, false
+	}
+	if b.settle(); b.err != nil {
 		return nil, false
 	}
 	ps := make([]*gpuMat, len(parts))

@@ -70,6 +70,10 @@ type Device struct {
 	// blasOff keeps every product on lowbit's own kernels (tests).
 	blasOff bool
 
+	// queued says whether work went to the stream since it was last
+	// synchronized: copies to and from the host wait for it only then.
+	queued bool
+
 	// Launch parameter slots, reused by every launch (device thread only).
 	argv [maxParams]uint64
 	argp [maxParams]uintptr
@@ -269,5 +273,9 @@ func (d *Device) Synchronize() error {
 }
 
 func (d *Device) sync() error {
-	return d.drv.check(d.drv.call(fnStreamSynchronize, d.stream), "cuStreamSynchronize")
+	if err := d.drv.check(d.drv.call(fnStreamSynchronize, d.stream), "cuStreamSynchronize"); err != nil {
+		return err
+	}
+	d.queued = false
+	return nil
 }

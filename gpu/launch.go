@@ -30,6 +30,7 @@ func (d *Device) launch(name string, grid, block dim3, shared int, args ...uint6
 	if !ok {
 		return err
 	}
+	d.queued = true
 	r := d.drv.call(fnLaunchKernel, f, uintptr(grid.x), uintptr(grid.y), uintptr(grid.z),
 		uintptr(block.x), uintptr(block.y), uintptr(block.z), uintptr(shared), d.stream,
 		uintptr(unsafe.Pointer(&d.argp[0])), 0)
@@ -99,6 +100,7 @@ func (d *Device) launchPDL(name string, grid, block dim3, shared int, args ...ui
 	d.pdlCfg = launchConfig{gridX: grid.x, gridY: grid.y, gridZ: grid.z, blockX: block.x, blockY: block.y,
 		blockZ: block.z, shared: uint32(shared), stream: d.stream,
 		attrs: uintptr(unsafe.Pointer(&d.pdlAttr)), numAttrs: 1}
+	d.queued = true
 	r := d.drv.call(fnLaunchKernelEx, uintptr(unsafe.Pointer(&d.pdlCfg)), f, uintptr(unsafe.Pointer(&d.argp[0])), 0)
 	return d.drv.check(r, "cuLaunchKernelEx "+name)
 }
@@ -188,6 +190,7 @@ func (d *Device) endCapture(ferr error) (*Graph, error) {
 
 // launchGraph queues one replay of g (device thread).
 func (d *Device) launchGraph(g *Graph) error {
+	d.queued = true
 	return d.drv.check(d.drv.call(fnGraphLaunch, g.exec, d.stream), "cuGraphLaunch")
 }
 
@@ -227,6 +230,7 @@ func (d *Device) timeIt(iters int, fn func() error) (float64, error) {
 		return 0, err
 	}
 	defer c.call(fnEventDestroy, stop)
+	d.queued = true
 	if err := c.check(c.call(fnEventRecord, start, d.stream), "cuEventRecord"); err != nil {
 		return 0, err
 	}

@@ -171,7 +171,7 @@ func (d *Device) htod(dst Buffer, off int64, src []byte) error {
 	if off < 0 || off+int64(len(src)) > dst.size {
 		return fmt.Errorf("gpu: copy of %d bytes at offset %d into a %d-byte buffer", len(src), off, dst.size)
 	}
-	if err := d.sync(); err != nil {
+	if err := d.settle(); err != nil {
 		return err
 	}
 	return d.drv.check(d.drv.call(fnMemcpyHtoD, uintptr(dst.ptr)+uintptr(off), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src))), "cuMemcpyHtoD_v2")
@@ -186,7 +186,7 @@ func (d *Device) dtoh(dst []byte, src Buffer, off int64) error {
 	if off < 0 || off+int64(len(dst)) > src.size {
 		return fmt.Errorf("gpu: copy of %d bytes at offset %d out of a %d-byte buffer", len(dst), off, src.size)
 	}
-	if err := d.sync(); err != nil {
+	if err := d.settle(); err != nil {
 		return err
 	}
 	return d.drv.check(d.drv.call(fnMemcpyDtoH, uintptr(unsafe.Pointer(&dst[0])), uintptr(src.ptr)+uintptr(off), uintptr(len(dst))), "cuMemcpyDtoH_v2")
@@ -234,10 +234,21 @@ func (d *Device) uploadNew(src []byte, pad int64, kind MemKind) (Buffer, error) 
 
 // memset fills b with byte v on the stream.
 func (d *Device) memset(b Buffer, v byte) error {
+	d.queued = true
 	return d.drv.check(d.drv.call(fnMemsetD8Async, uintptr(b.ptr), uintptr(v), uintptr(b.size), d.stream), "cuMemsetD8Async")
+}
+
+// settle waits for the stream's queued work, if any was queued since it
+// was last synchronized (device thread).
+func (d *Device) settle() error {
+	if !d.queued {
+		return nil
+	}
+	return d.sync()
 }
 
 // copyDtoD queues a device-to-device copy of n bytes.
 func (d *Device) copyDtoD(dst, src Buffer, n int64) error {
+	d.queued = true
 	return d.drv.check(d.drv.call(fnMemcpyDtoDAsync, uintptr(dst.ptr), uintptr(src.ptr), uintptr(n), d.stream), "cuMemcpyDtoDAsync_v2")
 }

@@ -35,7 +35,7 @@ func (b *Backend) TopK(src model.Buf, n, k int, temp float32) (*model.Candidates
 	}
 	k = min(k, n, topKPool)
 	raw := make([]byte, 8*k+16)
-	err := b.d.do(func() error {
+	err := b.run(func() error {
 		if b.topk.size < int64(len(raw)) {
 			if b.topk.size > 0 {
 				b.d.pool.release(b.topk)
@@ -52,7 +52,6 @@ func (b *Backend) TopK(src model.Buf, n, k int, temp float32) (*model.Candidates
 		return b.d.dtoh(raw, b.topk, 0)
 	})
 	if err != nil {
-		b.fail(err)
 		return nil, err
 	}
 	c := &model.Candidates{IDs: make([]int, k), Logits: make([]float32, k)}
