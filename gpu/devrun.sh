@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # devrun.sh: one call of the GPU machine (see gpu/README.md). Builds the
-# kernels' PTX with the machine's nvcc (and a variant with extra flags in
-# /tmp/ptx-variant when VARIANT_FLAGS is set), packs it into $OUT/ptx.tgz
-# for committing, runs the gpu tests against it, then the timings named in
-# STEPS (each a function below), logging everything under $OUT.
+# kernels' PTX with the machine's nvcc and packs it into $OUT/ptx.tgz for
+# committing (NOBUILD=1: use the PTX built into the binaries), then runs
+# the steps named in STEPS (functions below), logging under $OUT and
+# summing up in $OUT/summary.txt.
 #
-#   make devbin                                              # here: .devbin/bin.tgz
-#   STEPS="gputest profile" bash gpu/devrun.sh                   # there (carry .devbin)
+#   make devbin                          # here: .devbin/bin.tgz (lowbit, gpu.test)
+#   STEPS="gputest ab" bash gpu/devrun.sh  # there, carrying .devbin (and shared/)
+#
+# A baseline binary for same-machine A/B runs goes into bin.tgz as
+# lowbit-base.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/devrun}
@@ -18,16 +21,12 @@ log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 
 build() {
 	nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader | tee -a "$OUT/summary.txt"
-	[ -n "${NOBUILD:-}" ] && { unset LOWBIT_PTX_DIR; return; } # the PTX built into the binaries
+	[ -n "${NOBUILD:-}" ] && { unset LOWBIT_PTX_DIR; return; }
 	if ! make -C gpu/kernels -j16 >"$OUT/make.log" 2>&1; then
 		tail -40 "$OUT/make.log"
 		exit 1
 	fi
 	tar czf "$OUT/ptx.tgz" gpu/kernels/*.ptx
-	if [ -n "${VARIANT_FLAGS:-}" ]; then
-		rm -rf /tmp/ptx-variant && cp -r gpu/kernels /tmp/ptx-variant && rm -f /tmp/ptx-variant/*.ptx
-		make -C /tmp/ptx-variant -j16 FLAGS="-O3 -std=c++17 --ptx $VARIANT_FLAGS" >>"$OUT/make.log" 2>&1 || exit 1
-	fi
 }
 
 # gputest: every gpu test against the fresh PTX.
@@ -37,15 +36,19 @@ gputest() {
 	grep -E '^--- FAIL' -A5 "$OUT/gputest.log" | head -40
 }
 
-# bench SHAPE BITS [ENV...]: one tg128 measurement, its line in the summary.
+# bench SHAPE BITS [ENV...]: one measurement (tg128, and pp when PP is
+# set), its line in the summary; LOWBIT=path runs another binary.
 bench() {
 	local shape=$1 bits=$2
 	shift 2
 	local line
-	line=$(env "$@" "$BIN/lowbit" bench --shape "$shape" --bits "$bits" -p "${PP:-0}" -n 128 -r "${REPS:-3}" --device cuda -q 2>&1 |
+	line=$(env "$@" "${LOWBIT:-$BIN/lowbit}" bench --shape "$shape" --bits "$bits" -p "${PP:-0}" -n 128 -r "${REPS:-3}" --device cuda -q 2>&1 |
 		grep -E '^\| .*(tg|pp)[0-9]' | awk -F'|' '{printf "%s %s", $6, $7}')
 	log "$shape $bits $* :$line"
 }
+
+# base: bench with the baseline binary and its own PTX.
+base() { LOWBIT=$BIN/lowbit-base bench "$@" LOWBIT_PTX_DIR= BASE=1; }
 
 # profile: tg128 with one kind of decode kernel left out (LOWBIT_SKIP,
 # skip.go): what each costs in the pipeline, boundaries included.
@@ -55,26 +58,44 @@ profile() {
 		bench $sh
 		for k in attn qkv o gateup down head $all attn,$all; do bench $sh LOWBIT_SKIP=$k; done
 	done
-	bench tinyllama 4 LOWBIT_PDL=off
-	bench tinyllama 4
 }
 
-# products: the matrix-vector benchmark, BitNet's int8 products on every
-# kernel and TinyLlama's q4 and q8 products, prefetch off and on.
-products() {
-	for pf in off 25; do
-		log "products prefetch=$pf"
-		for pat in 'bitnet2b.*/tq2-i8' 'tinyllama.*/^(q4|q8)$'; do
-			LOWBIT_PREFETCH=$pf "$BIN/gpu.test" -test.run '^$' -test.bench "BenchmarkMatVec/$pat" \
-				-test.benchtime 30x >>"$OUT/products-$pf.log" 2>&1
+# ab: the baseline against this build, alternating on one machine; then
+# pp512, and the step with every layer kernel left out.
+ab() {
+	for round in 1 2 3; do
+		for b in "tinyllama 4" "tinyllama 8" "bitnet-2b tq2" "llama2-7b 4"; do
+			base $b
+			bench $b
 		done
-		grep -E '^BenchmarkMatVec' "$OUT/products-$pf.log" | awk '{print $1, $5 "us", $9 "%"}' |
-			sed 's/BenchmarkMatVec.//' >>"$OUT/summary.txt"
 	done
+	PP=512 base tinyllama 4
+	PP=512 bench tinyllama 4
+	bench tinyllama 4 LOWBIT_SKIP=attn,qkv,o,gateup,down,head
+}
+
+# final: the issues' commands on this build: pp512 and tg128 of every
+# target shape, -r 5, and decode at depth.
+final() {
+	for b in "tinyllama 4" "tinyllama 8" "llama2-7b 4" "llama2-7b 8"; do PP=512 REPS=5 bench $b; done
+	PP=512 bench bitnet-2b f16
+	PP=512 bench bitnet-2b tq2
+	"$BIN/lowbit" bench --shape tinyllama --bits 4 -p 0 -n 128 -d 1900 -r 3 --device cuda -q 2>&1 | grep -E '^\|' | tail -1 | tee -a "$OUT/summary.txt"
+	"$BIN/lowbit" bench --shape llama2-7b --bits 4 -p 0 -n 128 -d 3900 -r 3 --device cuda -q 2>&1 | grep -E '^\|' | tail -1 | tee -a "$OUT/summary.txt"
+}
+
+# products: the matrix-vector benchmark (PRODUCTS: shape/format patterns).
+products() {
+	log "products"
+	for pat in ${PRODUCTS:-bitnet2b.*/tq2-i8 tinyllama.*/^(q4|q8)}; do
+		"$BIN/gpu.test" -test.run '^$' -test.bench "BenchmarkMatVec/$pat" -test.benchtime 30x >>"$OUT/products.log" 2>&1
+	done
+	grep -E '^BenchmarkMatVec' "$OUT/products.log" | awk '{print $1, $9 "us", $5 "%"}' |
+		sed 's/BenchmarkMatVec.//' >>"$OUT/summary.txt"
 }
 
 build
-for s in ${STEPS:-gputest profile}; do
+for s in ${STEPS:-gputest ab}; do
 	log "step $s ($(date -u +%H:%M:%S))"
 	"$s"
 done
