@@ -267,7 +267,7 @@ func TestMatVec(t *testing.T) {
 				}
 				// Every kernel variant, and blocks of the fast kernel looping
 				// over several row groups.
-				variants := []struct{ mode, grid int }{{matvecPlain, 0}, {matvecS2W4, 1}, {matvecS4W4, 3}, {matvecS1W16, 2}}
+				variants := []struct{ mode, grid int }{{matvecPlain, 0}, {matvecS2W4, 1}, {matvecS4W4, 3}, {matvecS1W16, 2}, {matvecS1W16K2, 2}, {matvecS1W32K2, 3}}
 				for _, k := range matvecKernels {
 					variants = append(variants, struct{ mode, grid int }{k, 0})
 				}

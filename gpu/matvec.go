@@ -210,6 +210,9 @@ func (d *Device) kernelFor(m *Matrix, o matvecOpts) int {
 	mode := d.matvecMode
 	if mode == 0 {
 		mode = matvecKernel(m.Format, m.Rows, m.Cols)
+		if d.wideMode != 0 && m.Cols > 2*m.Rows {
+			mode = d.wideMode
+		}
 	}
 	if mode != matvecPlain && m.rowBytes%16 == 0 && m.blocks()%chunkBlocks(m.Format) == 0 && stagedBytes(m, o) <= d.maxShared {
 		return mode
@@ -246,12 +249,16 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 		return d.launchPDL(fmt.Sprintf("matvec_%s_%d", m.Format, nt), grid1((m.Rows+3)/4), grid1(nt), 0, args...)
 	default:
 		shared := stagedBytes(m, o)
-		rows, warps := mode/100, mode%100
+		split, rows, warps := max(mode/10000, 1), mode/100%100, mode%100
 		name := fmt.Sprintf("matvec_%s_s%dw%d", m.Format, rows, warps)
+		if split > 1 {
+			name += fmt.Sprintf("k%d", split)
+		}
 		if err := d.allowShared(name, shared); err != nil {
 			return err
 		}
-		groups := (m.Rows + rows*warps - 1) / (rows * warps)
+		perGroup := rows * warps / split // rows a block takes at once
+		groups := (m.Rows + perGroup - 1) / perGroup
 		grid := d.matvecGrid
 		if grid == 0 {
 			per, err := d.blocksPerSM(name, 32*warps, shared)
@@ -267,18 +274,21 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 }
 
 // Matrix-vector kernels (Device.matvecMode, matvecKernel): the plain one,
-// or a shared-memory one given as rows a warp * 100 + warps a block.
+// or a shared-memory one given as warps a row * 10000 (when more than
+// one) + rows a warp * 100 + warps a block.
 const (
-	matvecPlain = 1
-	matvecS4W4  = 404
-	matvecS2W4  = 204
-	matvecS2W8  = 208
-	matvecS1W8  = 108
-	matvecS1W16 = 116
+	matvecPlain   = 1
+	matvecS4W4    = 404
+	matvecS2W4    = 204
+	matvecS2W8    = 208
+	matvecS1W8    = 108
+	matvecS1W16   = 116
+	matvecS1W16K2 = 20116
+	matvecS1W32K2 = 20132
 )
 
 // matvecKernels lists the shared-memory kernels built in matvec.cu.
-var matvecKernels = []int{matvecS4W4, matvecS2W4, matvecS2W8, matvecS1W8, matvecS1W16}
+var matvecKernels = []int{matvecS4W4, matvecS2W4, matvecS2W8, matvecS1W8, matvecS1W16, matvecS1W16K2, matvecS1W32K2}
 
 // matvecKernel picks the matvec kernel for a shape, from the kernel sweep
 // of BenchmarkMatVec on the H100 (BENCHMARKS.md, 2026-11-22): the plain

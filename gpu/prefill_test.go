@@ -372,7 +372,7 @@ func TestMatVecFused(t *testing.T) {
 				ran := 0
 				// The kernel the shape picks, and the others with blocks
 				// looping over several row groups.
-				kernels := []struct{ mode, grid int }{{0, 0}, {matvecS4W4, 3}, {matvecS2W8, 2}, {matvecS1W16, 1}}
+				kernels := []struct{ mode, grid int }{{0, 0}, {matvecS4W4, 3}, {matvecS2W8, 2}, {matvecS1W16, 1}, {matvecS1W16K2, 1}, {matvecS1W32K2, 2}}
 				for _, k := range kernels {
 					for _, tc := range cases {
 						var ok bool

@@ -420,7 +420,7 @@ __device__ float stage_x(float4* xsh, const float* __restrict__ x, const float* 
 // lane that computes it, and no block stages y). With qx (tq2 only) it
 // takes x as BitNet's int8 activations, after the gate and the norm (which
 // may then both be set).
-template <int FMT, int SROWS, int NW>
+template <int FMT, int SROWS, int NW, int KS = 1>
 __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
                         const __half* __restrict__ mins, float tscale, const float* __restrict__ x,
                         float* __restrict__ y, int rows, int nb, int row_bytes, int gb, int ng,
@@ -438,15 +438,22 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     // (after the gate and norm), integer dot products (dp4a).
     const bool I8 = FMT == TQ2 && qx;
     extern __shared__ float4 xsh[];
+    // With KS > 1, KS warps share each row (warp w takes part w % KS of
+    // its chunks) and add their sums through shared memory: a long row's
+    // chain of round trips is KS times shorter.
+    constexpr int RW = NW / KS;  // warps with rows of their own
+    __shared__ float kred[KS > 1 ? NW : 1][SROWS];
+    __shared__ int kired[KS > 1 ? NW : 1][SROWS];
     const int nch = nb / CB;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int groups = (rows + SROWS * NW - 1) / (SROWS * NW);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % KS, rwarp = warp / KS;
+    const int c0 = lane + 32 * part;  // the warp's first chunk of a row
+    const int groups = (rows + SROWS * RW - 1) / (SROWS * RW);
     const uint8_t* wp[SROWS];
     size_t sb[SROWS];
     // setup points wp and sb at the rows of group grp; false when the warp
     // has none there.
     auto setup = [&](int grp) {
-        const int row0 = grp * SROWS * NW + warp * SROWS;
+        const int row0 = grp * SROWS * RW + rwarp * SROWS;
         if (grp >= groups || row0 >= rows) return false;
 #pragma unroll
         for (int r = 0; r < SROWS; r++) {
@@ -474,22 +481,22 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     // (and, launched with PDL, while the previous kernel still runs), so
     // the round trips overlap.
     int grp = blockIdx.x;
-    bool have = setup(grp), loaded = PF && have && lane < nch;
-    if (loaded) load_all(lane, nxt, nsc, nmn);
+    bool have = setup(grp), loaded = PF && have && c0 < nch;
+    if (loaded) load_all(c0, nxt, nsc, nmn);
     pdl_wait();  // x is the previous kernel's output
     const float xscale8 = stage_x<FMT>(xsh, x, x2, act, cols, nw, eps, w_add, I8, nb);
     for (; grp < groups; grp += gridDim.x) {
         if (grp != (int)blockIdx.x) have = setup(grp);
-        if (!have) continue;
-        const int row0 = grp * SROWS * NW + warp * SROWS;
+        if (KS == 1 && !have) continue;
+        const int row0 = grp * SROWS * RW + rwarp * SROWS;
         float acc[SROWS];
         int iacc[SROWS];  // I8: integer sums
 #pragma unroll
         for (int r = 0; r < SROWS; r++) acc[r] = 0.f, iacc[r] = 0;
-        int c = lane;
+        int c = have ? c0 : nch;  // (KS > 1: a warp without rows still meets the barriers below)
         if (PF && !loaded && c < nch) load_all(c, nxt, nsc, nmn);
         loaded = false;
-        for (; c < nch; c += 32) {
+        for (; c < nch; c += 32 * KS) {
             uint32_t cur[SROWS][4 * U];
             __half csc[SROWS][CB], cmn[SROWS][CB];
             if (PF) {
@@ -500,11 +507,11 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
 #pragma unroll
                     for (int k = 0; k < CB; k++) csc[r][k] = nsc[r][k], cmn[r][k] = nmn[r][k];
                 }
-                if (c + 32 < nch) {
-                    load_all(c + 32, nxt, nsc, nmn);
-                } else if (setup(grp + gridDim.x) && lane < nch) {
+                if (c + 32 * KS < nch) {
+                    load_all(c + 32 * KS, nxt, nsc, nmn);
+                } else if (setup(grp + gridDim.x) && c0 < nch) {
                     // the next rows' first chunk, while this one is summed
-                    load_all(lane, nxt, nsc, nmn);
+                    load_all(c0, nxt, nsc, nmn);
                     loaded = true;
                 }
             } else {
@@ -598,7 +605,19 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
                 acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
                 if (I8) iacc[r] += __shfl_xor_sync(0xffffffffu, iacc[r], o);
             }
-        if (lane == 0)
+        if (KS > 1) {  // the row's parts, added in a fixed order
+            if (lane == 0)
+#pragma unroll
+                for (int r = 0; r < SROWS; r++) kred[warp][r] = acc[r], kired[warp][r] = iacc[r];
+            __syncthreads();
+            if (part == 0)
+#pragma unroll
+                for (int k = 1; k < KS; k++)
+#pragma unroll
+                    for (int r = 0; r < SROWS; r++) acc[r] += kred[warp + k][r], iacc[r] += kired[warp + k][r];
+            __syncthreads();  // kred is the next rows'
+        }
+        if (lane == 0 && part == 0 && have)
 #pragma unroll
             for (int r = 0; r < SROWS; r++)
                 if (row0 + r < rows) {
@@ -625,10 +644,20 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
         matvecs<FMT, R, W>(W_, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng, x2, act, cols, nw, eps, \
                            w_add, accum, qx);                                                                 \
     }
+// matvec_<fmt>_s1w<W>k2: one row for each two warps (long rows).
+#define MATVECK2(fmt, FMT, W)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(32 * W)                                                      \
+        matvec_##fmt##_s1w##W##k2(const uint8_t* W_, const __half* scales, const __half* mins, float tscale,  \
+                                  const float* x, float* y, int rows, int nb, int row_bytes, int gb, int ng,  \
+                                  const float* x2, int act, int cols, const float* nw, float eps,             \
+                                  float w_add, int accum, int qx) {                                           \
+        matvecs<FMT, 1, W, 2>(W_, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng, x2, act, cols, nw, \
+                              eps, w_add, accum, qx);                                                         \
+    }
 #define MATVEC_ALL(fmt, FMT)                                                                                  \
     MATVEC(matvec_##fmt##_32, FMT, 32) MATVEC(matvec_##fmt##_64, FMT, 64) MATVEC(matvec_##fmt##_128, FMT, 128) \
     MATVECS(fmt, FMT, 4, 4) MATVECS(fmt, FMT, 2, 4) MATVECS(fmt, FMT, 2, 8) MATVECS(fmt, FMT, 1, 8)           \
-    MATVECS(fmt, FMT, 1, 16)
+    MATVECS(fmt, FMT, 1, 16) MATVECK2(fmt, FMT, 16) MATVECK2(fmt, FMT, 32)
 
 MATVEC_ALL(f32, F32)
 MATVEC_ALL(f16, F16)
