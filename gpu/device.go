@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"unsafe"
 )
@@ -59,9 +58,6 @@ type Device struct {
 	// 2 or 4 the shared-memory one with that many rows a warp (tests and
 	// benchmarks; 0 chooses by shape).
 	matvecMode int
-	// wideMode, when set (LOWBIT_WIDE, to compare), is the kernel of rows
-	// more than twice as long as the matrix is tall (down projections).
-	wideMode int
 	// sharedSet records the dynamic shared memory each kernel may use.
 	sharedSet map[string]int
 
@@ -173,7 +169,6 @@ func (d *Device) init() error {
 		*a.dst = int(v)
 	}
 	d.pdl = d.major >= 9 && c.fn[fnLaunchKernelEx] != 0 && os.Getenv(pdlEnv) != "off"
-	d.wideMode, _ = strconv.Atoi(os.Getenv("LOWBIT_WIDE"))
 	if d.major < minMajor {
 		return fmt.Errorf("gpu: %s needs sm_80 or newer, found sm_%d%d", d.name, d.major, d.minor)
 	}

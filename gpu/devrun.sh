@@ -74,13 +74,11 @@ ab() {
 	bench tinyllama 4 LOWBIT_SKIP=attn,qkv,o,gateup,down,head
 }
 
-# wide: the down projections' kernel (LOWBIT_WIDE) in tg128, alternating.
-wide() {
-	for round in 1 2; do
-		for b in "tinyllama 4" "tinyllama 8" "bitnet-2b tq2" "llama2-7b 4"; do
-			for k in 0 20116 20132; do bench $b LOWBIT_WIDE=$k; done
-		done
-	done
+# kernels: lowbit validate --kernels on the GPU.
+kernels() {
+	"$BIN/lowbit" validate --kernels --device cuda >"$OUT/validate.log" 2>&1
+	log "validate --kernels exit $?: $(grep -ciE 'pass' "$OUT/validate.log") lines with PASS"
+	tail -3 "$OUT/validate.log" | tee -a "$OUT/summary.txt"
 }
 
 # final: the issues' commands on this build: pp512 and tg128 of every

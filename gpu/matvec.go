@@ -210,9 +210,6 @@ func (d *Device) kernelFor(m *Matrix, o matvecOpts) int {
 	mode := d.matvecMode
 	if mode == 0 {
 		mode = matvecKernel(m.Format, m.Rows, m.Cols)
-		if d.wideMode != 0 && m.Cols > 2*m.Rows {
-			mode = d.wideMode
-		}
 	}
 	if mode != matvecPlain && m.rowBytes%16 == 0 && m.blocks()%chunkBlocks(m.Format) == 0 && stagedBytes(m, o) <= d.maxShared {
 		return mode
@@ -290,21 +287,25 @@ const (
 // matvecKernels lists the shared-memory kernels built in matvec.cu.
 var matvecKernels = []int{matvecS4W4, matvecS2W4, matvecS2W8, matvecS1W8, matvecS1W16, matvecS1W16K2, matvecS1W32K2}
 
-// matvecKernel picks the matvec kernel for a shape, from the kernel sweep
-// of BenchmarkMatVec on the H100 (BENCHMARKS.md, 2026-11-22): the plain
-// kernel for f32 and f16, whose 32-weight blocks already give each thread
-// 64 bytes or more; for q8, q4 rows more than twice as long as the matrix
-// is tall (the down projections) and tq2 below 8192 rows, one row a warp
-// and 16 warps a block (q8: 72-87% of the copy rate on the 7B shapes; q4
-// 2048x5632: 41% against 36%; BitNet's decode 5% faster); for the narrow
-// formats 4 rows a warp on tall matrices (8192 rows or more) and 2 rows a
-// warp, 8 warps a block, on the others, where fewer rows a warp give more
-// warps to hide latency.
+// matvecKernel picks the matvec kernel for a shape, from the kernel sweeps
+// of BenchmarkMatVec on the H100 (BENCHMARKS.md, 2026-11-22 and -24): the
+// plain kernel for f32 and f16, whose 32-weight blocks already give each
+// thread 64 bytes or more; for q8, q4 and tq2 rows more than twice as long
+// as the matrix is tall (the down projections), two warps a row and 32
+// warps a block (TinyLlama's q4 down 6.3 -> 5.1 us, q8 8.4 -> 6.7 us; its
+// decode 1-5% faster, BitNet's 5%); for the other q8 shapes and tq2 below
+// 8192 rows, one row a warp and 16 warps a block (q8: 72-87% of the copy
+// rate on the 7B shapes); for the narrow formats 4 rows a warp on tall
+// matrices (8192 rows or more) and 2 rows a warp, 8 warps a block, on the
+// others, where fewer rows a warp give more warps to hide latency.
 func matvecKernel(f quantize.Format, rows, cols int) int {
+	wide := cols > 2*rows
 	switch {
 	case f == quantize.F32 || f == quantize.F16:
 		return matvecPlain
-	case f == quantize.Q8, f == quantize.Q4 && cols > 2*rows, f == quantize.TQ2 && rows < 8192:
+	case wide && (f == quantize.Q8 || f == quantize.Q4 || f == quantize.TQ2):
+		return matvecS1W32K2
+	case f == quantize.Q8, f == quantize.TQ2 && rows < 8192:
 		return matvecS1W16
 	case rows >= 8192:
 		return matvecS4W4
