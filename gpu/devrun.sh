@@ -42,9 +42,9 @@ bench() {
 	local shape=$1 bits=$2
 	shift 2
 	local line
-	line=$(env "$@" "${LOWBIT:-$BIN/lowbit}" bench --shape "$shape" --bits "$bits" -p "${PP:-0}" -n 128 -r "${REPS:-3}" --device cuda -q 2>&1 |
+	line=$(env "$@" "${LOWBIT:-$BIN/lowbit}" bench --shape "$shape" --bits "$bits" -p "${PP:-0}" -n 128 -d "${DEPTH:-0}" -r "${REPS:-3}" --device cuda -q 2>&1 |
 		grep -E '^\| .*(tg|pp)[0-9]' | awk -F'|' '{printf "%s %s", $6, $7}')
-	log "$shape $bits $* :$line"
+	log "$shape $bits ${DEPTH:+d$DEPTH }$* :$line"
 }
 
 # base: bench with the baseline binary and its own PTX.
@@ -72,6 +72,16 @@ ab() {
 	PP=512 base tinyllama 4
 	PP=512 bench tinyllama 4
 	bench tinyllama 4 LOWBIT_SKIP=attn,qkv,o,gateup,down,head
+}
+
+# depth: the baseline against this build at depth (-d), alternating.
+depth() {
+	for round in 1 2; do
+		for b in base bench; do
+			DEPTH=1900 $b tinyllama 4
+			DEPTH=3900 $b llama2-7b 4
+		done
+	done
 }
 
 # kernels: lowbit validate --kernels on the GPU.
