@@ -13,11 +13,6 @@ const attnDecodeEnv = "LOWBIT_ATTN_DECODE"
 // attnDecodeWarps is NW in kernels/attn_decode.cu.
 const attnDecodeWarps = 16
 
-// attnPrefetchBytes bounds the shared memory a decode attention block
-// fills with cached keys and values before it waits for the kernel
-// before it.
-const attnPrefetchBytes = 64 << 10
-
 // attnDecode is the split geometry of attn_decode for one cache and head
 // layout: S slices of at most chunk positions, and its scratch (partials
 // and the per-kv-head counters), allocated once so captured graphs keep
@@ -27,7 +22,6 @@ type attnDecode struct {
 	split       int // blocks a kv head's query heads are spread over
 	slices      int
 	chunk       int
-	pre         int // cached positions a block copies before it waits
 	shared      int
 	part, count Buffer
 }
@@ -78,16 +72,7 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 	}
 	a := &attnDecode{name: fmt.Sprintf("attn_decode_%d_%d", hd, g2), split: split, slices: attnDecodeSlices(visible)}
 	a.chunk = (visible + a.slices - 1) / a.slices
-	// Queries, the step's key and value, scores (a multiple of 4 floats),
-	// the warps' sums, then the keys and values of the first pre positions
-	// (at most 64 KiB; fewer where the device has less) and the rotation,
-	// copied before the kernel waits.
-	base := 4*(g*hd+2*hd+g*((a.chunk+3)&^3)+attnDecodeWarps*g*hd) + 4*hd
-	a.pre = min(a.chunk, attnPrefetchBytes/(8*hd))
-	for a.pre > 0 && base+8*a.pre*hd > d.maxShared {
-		a.pre /= 2
-	}
-	a.shared = base + 8*a.pre*hd
+	a.shared = 4 * (g*hd + 2*hd + g*a.chunk + attnDecodeWarps*g*hd)
 	if a.shared > d.maxShared {
 		return nil, fmt.Errorf("gpu: attention: %d bytes of shared memory needed, the device has %d", a.shared, d.maxShared)
 	}
@@ -114,8 +99,7 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 func (a *attnDecode) launch(d *Device, q, kcur, vcur, kc, vc, out Buffer, heads, kvHeads int, pos Buffer, scale float32, ropeCS Buffer, window int) error {
 	return d.launchPDL(a.name, grid2(kvHeads*a.split, a.slices), grid1(32*attnDecodeWarps), a.shared,
 		argBuf(q), argBuf(kcur), argBuf(vcur), argBuf(kc), argBuf(vc), argBuf(out), argBuf(a.part), argBuf(a.count),
-		argInt(heads), argInt(kvHeads), argBuf(pos), argF32(scale), argBuf(ropeCS), argInt(window), argInt(a.chunk),
-		argInt(a.pre))
+		argInt(heads), argInt(kvHeads), argBuf(pos), argF32(scale), argBuf(ropeCS), argInt(window), argInt(a.chunk))
 }
 
 // ropeTable is cos and sin of every position's rotary angles, [positions]

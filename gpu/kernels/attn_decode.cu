@@ -23,35 +23,19 @@
 
 #define NW 16  // warps a block
 
-// cp_async16 copies 16 bytes from global to shared memory without passing
-// through registers; cp_async_wait waits for this thread's copies.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
 // attn_decode: q [heads, HD] and kcur, vcur [kv_heads, HD] are the step's
 // projections (q and k rotated here when rope_cs is given, else already;
 // rope_cs[p*HD/2 + j] holds cos and sin of position p's angle j);
 // kc, vc the layer's caches [max_seq, kv_heads*HD]; the token sits at
 // position pos[0] and sees positions max(0, pos-window+1) (window 0: 0)
 // to pos. part holds heads*S*(HD+2) floats, count kv_heads*split ints that
-// are zero between launches. Dynamic shared memory: attnDecode.shared (Go).
-//
-// Before it waits for the kernel before (pdl_wait), a block copies what
-// does not depend on it into shared memory (cp.async): the token's
-// rotation and the keys and values of the first pre positions of its
-// slice, which earlier steps wrote. After the wait only the step's own q,
-// k and v are read from memory, so the chain of round trips that a short
-// context's attention is shrinks by two.
+// are zero between launches. Dynamic shared memory: attnDecodeShared (Go).
 template <int HD, int G2>
 __device__ void attn_decode(const float* __restrict__ q, const float* __restrict__ kcur,
                             const float* __restrict__ vcur, float* __restrict__ kc, float* __restrict__ vc,
                             float* __restrict__ out, float* __restrict__ part, int* __restrict__ count, int heads,
                             int kv_heads, const int* __restrict__ pos, float scale,
-                            const float2* __restrict__ rope_cs, int window, int chunk_max, int pre) {
+                            const float2* __restrict__ rope_cs, int window, int chunk_max) {
     constexpr int LP = 32 / G2, DL = HD / LP;
     static_assert(DL % 2 == 0 && DL <= 64, "lane slice");
     extern __shared__ float sm[];
@@ -67,43 +51,25 @@ __device__ void attn_decode(const float* __restrict__ q, const float* __restrict
     float* qs = sm;                   // [G][HD] rotated queries
     float* ks = qs + G * HD;          // [HD] the step's rotated key
     float* vs = ks + HD;              // [HD] the step's value
-    float* sc = vs + HD;                           // [G][chunk_max] scores, then weights
-    float* red = sc + G * ((chunk_max + 3) & ~3);  // [NW][G][HD] each warp's value sums (16-byte aligned)
-    float* pk = red + NW * G * HD;    // [pre][HD] cached keys of positions lo, lo+1, ...
-    float* pv = pk + pre * HD;        // [pre][HD] their values
-    float2* rcs = reinterpret_cast<float2*>(pv + pre * HD);  // [HD/2] the token's rotation
+    float* sc = vs + HD;              // [G][chunk_max] scores, then weights
+    float* red = sc + G * chunk_max;  // [NW][G][HD] each warp's value sums
 
-    // The position (the host wrote it before the step) and the slice.
+    pdl_wait();
+    // Stage q (G heads) and the step's k and v (loads issued together with
+    // the position's); rotate q and k (HF rotate half: pairs (i, i + HD/2)).
+    const float* qg = q + (size_t)blk * G * HD;
+    for (int i = t; i < G * HD; i += blockDim.x) qs[i] = qg[i];
+    for (int i = t; i < HD; i += blockDim.x) ks[i] = kcur[(size_t)kvh * HD + i], vs[i] = vcur[(size_t)kvh * HD + i];
     const int p = pos[0], n = p + 1;
     const int first = window > 0 ? max(0, p - window + 1) : 0;
     const int len = (n - first + S - 1) / S;
     const int lo = first + s * len, hi = min(n, lo + len);
-    // Copied while the kernel before runs: positions lo to lo+npre-1, all
-    // before p, and the rotation.
-    const int npre = max(0, min(min(hi, p), lo + pre) - lo);
-    for (int i = t; i < npre * (HD / 4); i += blockDim.x) {
-        const int x = lo + i / (HD / 4), j = (i % (HD / 4)) * 4;
-        const size_t at = (size_t)x * kvdim + (size_t)kvh * HD + j;
-        cp_async16(pk + (x - lo) * HD + j, kc + at);
-        cp_async16(pv + (x - lo) * HD + j, vc + at);
-    }
-    if (rope_cs != nullptr)
-        for (int i = t; i < HD / 4; i += blockDim.x) cp_async16(rcs + 2 * i, rope_cs + (size_t)p * (HD / 2) + 2 * i);
-    cp_async_commit();
-
-    pdl_wait();
-    // Stage q (G heads) and the step's k and v; rotate q and k (HF rotate
-    // half: pairs (i, i + HD/2)).
-    const float* qg = q + (size_t)blk * G * HD;
-    for (int i = t; i < G * HD; i += blockDim.x) qs[i] = qg[i];
-    for (int i = t; i < HD; i += blockDim.x) ks[i] = kcur[(size_t)kvh * HD + i], vs[i] = vcur[(size_t)kvh * HD + i];
-    cp_async_wait();
     __syncthreads();
     if (rope_cs != nullptr) {
         for (int i = t; i < (G + 1) * (HD / 2); i += blockDim.x) {
             const int h = i / (HD / 2), j = i % (HD / 2);
             float* v = h < G ? qs + h * HD : ks;
-            const float2 cs = rcs[j];
+            const float2 cs = rope_cs[(size_t)p * (HD / 2) + j];
             const float a = v[j], b = v[j + HD / 2];
             v[j] = a * cs.x - b * cs.y;
             v[j + HD / 2] = b * cs.x + a * cs.y;
@@ -129,9 +95,7 @@ __device__ void attn_decode(const float* __restrict__ q, const float* __restrict
         for (int u = 0; u < UN; u++) {
             const int x = x0 + u * NW;
             if (x >= hi) break;
-            const float* kr = x == p         ? ks
-                              : x - lo < npre ? pk + (x - lo) * HD
-                                              : kc + (size_t)x * kvdim + (size_t)kvh * HD;
+            const float* kr = x == p ? ks : kc + (size_t)x * kvdim + (size_t)kvh * HD;
 #pragma unroll
             for (int i = 0; i < DL / 2; i++) kv[u][i] = *reinterpret_cast<const float2*>(kr + d0 + 2 * i);
         }
@@ -173,9 +137,7 @@ __device__ void attn_decode(const float* __restrict__ q, const float* __restrict
         for (int u = 0; u < UN; u++) {
             const int x = x0 + u * NW;
             if (x >= hi) break;
-            const float* vr = x == p         ? vs
-                              : x - lo < npre ? pv + (x - lo) * HD
-                                              : vc + (size_t)x * kvdim + (size_t)kvh * HD;
+            const float* vr = x == p ? vs : vc + (size_t)x * kvdim + (size_t)kvh * HD;
 #pragma unroll
             for (int i = 0; i < DL / 2; i++) vv[u][i] = *reinterpret_cast<const float2*>(vr + d0 + 2 * i);
         }
@@ -250,9 +212,9 @@ __device__ void attn_decode(const float* __restrict__ q, const float* __restrict
     extern "C" __global__ void __launch_bounds__(32 * NW)                                                    \
         attn_decode_##HD##_##G2(const float* q, const float* kcur, const float* vcur, float* kc, float* vc,   \
                                 float* out, float* part, int* count, int heads, int kv_heads, const int* pos, \
-                                float scale, const float2* rope_cs, int window, int chunk_max, int pre) {     \
+                                float scale, const float2* rope_cs, int window, int chunk_max) {              \
         attn_decode<HD, G2>(q, kcur, vcur, kc, vc, out, part, count, heads, kv_heads, pos, scale, rope_cs,    \
-                            window, chunk_max, pre);                                                          \
+                            window, chunk_max);                                                               \
     }
 ATTN_DECODE(64, 1)
 ATTN_DECODE(64, 2)
