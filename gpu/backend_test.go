@@ -70,9 +70,9 @@ func newGPUSession(t *testing.T, d *Device, m *model.Model, ctx, batch int) (*mo
 
 // TestBackendMatchesCPU runs fixture models (dimensions that are not
 // multiples of 32, GQA, tied and untied heads, BitNet's sub-norms and
-// ternary weights; and wider ones that take the fused shared-memory
-// products and decode attention) on the GPU and on the CPU: a prefill in two chunks,
-// then decode steps (captured as a graph from the second on) fed with the
+// ternary weights; wider ones that take the fused shared-memory products
+// and decode attention) on the GPU and on the CPU: a prefill in two
+// chunks, then decode steps (captured as a graph from the second on) fed with the
 // CPU's greedy tokens. Logits agree to a relative L2 under 1e-3 (tq2:
 // 1e-2, where int8 activations round at the same points but float sums
 // differ in order).
