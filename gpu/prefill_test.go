@@ -257,7 +257,7 @@ func TestAttnDecode(t *testing.T) {
 		for _, window := range []int{0, 50} {
 			for _, rope := range []bool{false, true} {
 				t.Run(fmt.Sprintf("hd%d-%dx%d/window%d/rope=%v", l.hd, l.heads, l.kvHeads, window, rope), func(t *testing.T) {
-					hd, heads, kvHeads, maxSeq := l.hd, l.heads, l.kvHeads, 300
+					hd, heads, kvHeads, maxSeq := l.hd, l.heads, l.kvHeads, 1100
 					kvdim := kvHeads * hd
 					K, V := gaussian(r, maxSeq*kvdim), gaussian(r, maxSeq*kvdim)
 					kc, vc := up(t, d, K, 0), up(t, d, V, 0)
@@ -271,7 +271,10 @@ func TestAttnDecode(t *testing.T) {
 					}
 					cs := up(t, d, ropeTable(inv, maxSeq), 0)
 					scale := float32(1 / math.Sqrt(float64(hd)))
-					for _, p := range []int{257, 31} {
+					// Five slices of 220 positions (one block each without
+					// a window); the first position, both sides of a slice
+					// boundary, a later slice.
+					for _, p := range []int{700, 257, 256, 255, 219, 220, 31, 0} {
 						q, kcur, vcur := gaussian(r, heads*hd), gaussian(r, kvdim), gaussian(r, kvdim)
 						qb, kb, vb := up(t, d, q, 0), up(t, d, kcur, 0), up(t, d, vcur, 0)
 						pb := up(t, d, []int32{int32(p)}, 0)
