@@ -271,9 +271,9 @@ func TestAttnDecode(t *testing.T) {
 					}
 					cs := up(t, d, ropeTable(inv, maxSeq), 0)
 					scale := float32(1 / math.Sqrt(float64(hd)))
-					// Five slices of 220 positions (one block each without
-					// a window); the first position, both sides of a slice
-					// boundary, a later slice.
+					// Five slices without a window, their length following
+					// the position (a block each): the first position, both
+					// sides of 256, a later one.
 					for _, p := range []int{700, 257, 256, 255, 219, 220, 31, 0} {
 						q, kcur, vcur := gaussian(r, heads*hd), gaussian(r, kvdim), gaussian(r, kvdim)
 						qb, kb, vb := up(t, d, q, 0), up(t, d, kcur, 0), up(t, d, vcur, 0)
