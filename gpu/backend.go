@@ -50,6 +50,10 @@ type Backend struct {
 	// products in the step so far (skip.go, profiling only).
 	skip   map[string]bool
 	normed int
+	// chain is the decode step ChainGreedy queued ahead (chain.go);
+	// noChain turns chaining off (tests compare the two).
+	chain   *chainedStep
+	noChain bool
 	// noGraphs runs every step directly (tests compare the two).
 	noGraphs bool
 	err      error
@@ -309,6 +313,7 @@ func (b *Backend) SetStep(tokens []int, pos int) error {
 	}
 	b.n, b.first = len(tokens), pos
 	b.normed = 0
+	b.chain = nil
 	b.op("step", func() error { return b.d.htod(b.step, 0, bytesOf(buf)) })
 	return nil
 }

@@ -189,6 +189,54 @@ func TestBackendGraphEqualsDirect(t *testing.T) {
 	}
 }
 
+// TestChainGreedy decodes greedily with each step chained on the device
+// (the next step queued on the argmax before its id comes back) and with
+// chaining off: the ids are the same at every step, also where the caller
+// breaks the chain (another token than the id, a truncated sequence) and
+// up to the end of the context, where nothing is chained.
+func TestChainGreedy(t *testing.T) {
+	d := openOrSkip(t)
+	ctx := context.Background()
+	for _, arch := range []string{"LlamaForCausalLM", "BitNetForCausalLM"} {
+		t.Run(arch, func(t *testing.T) {
+			f := quantize.Q4
+			if arch == "BitNetForCausalLM" {
+				f = quantize.TQ2
+			}
+			m := fixtureModel(t, wideSpec(arch), f)
+			const positions = 64
+			chained, cb := newGPUSession(t, d, m, positions, 8)
+			plain, pb := newGPUSession(t, d, m, positions, 8)
+			pb.noChain = true
+			tok := []int{3, 4, 5}
+			for step := 0; chained.Pos() < positions; step++ {
+				a, err := chained.NextGreedy(ctx, tok)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := plain.NextGreedy(ctx, tok)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if a != b || chained.Pos() != plain.Pos() {
+					t.Fatalf("step %d: chained %d at %d, plain %d at %d", step, a, chained.Pos(), b, plain.Pos())
+				}
+				switch step {
+				case 10: // another token than the id
+					a = (a + 1) % m.Config.VocabSize
+				case 20: // back three positions
+					chained.Truncate(chained.Pos() - 3)
+					plain.Truncate(plain.Pos() - 3)
+				}
+				tok = []int{a}
+			}
+			if cb.steps[chained] == nil || cb.steps[chained].runs > 20 {
+				t.Fatalf("chained steps were replayed by the session: %+v", cb.steps[chained])
+			}
+		})
+	}
+}
+
 // wideSpec is a fixture whose shapes the shared-memory products and
 // decode attention take: widths in whole 64-weight chunks, head size 64.
 func wideSpec(arch string) fixture.Spec {

@@ -73,6 +73,10 @@ type Device struct {
 	// queued says whether work went to the stream since it was last
 	// synchronized: copies to and from the host wait for it only then.
 	queued bool
+	// idHost is pinned host memory a chained greedy step's id is copied
+	// into, idEv the event that marks it there (chain.go).
+	idHost *int32
+	idEv   uintptr
 
 	// Launch parameter slots, reused by every launch (device thread only).
 	argv [maxParams]uint64
@@ -204,6 +208,14 @@ func (d *Device) release() {
 		c.call(fnModuleUnload, m)
 	}
 	d.mods = nil
+	if d.idEv != 0 {
+		c.call(fnEventDestroy, d.idEv)
+		d.idEv = 0
+	}
+	if d.idHost != nil {
+		c.call(fnMemFreeHost, uintptr(unsafe.Pointer(d.idHost)))
+		d.idHost = nil
+	}
 	if d.stream != 0 {
 		c.call(fnStreamDestroy, d.stream)
 		d.stream = 0

@@ -54,6 +54,7 @@ var driverSymbols = [...]string{
 	"cuStreamBeginCapture_v2", "cuStreamEndCapture", "cuGraphInstantiateWithFlags",
 	"cuGraphLaunch", "cuGraphExecDestroy", "cuGraphDestroy", "cuGetErrorName", "cuGetErrorString",
 	"cuDriverGetVersion", "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+	"cuMemAllocHost_v2", "cuMemFreeHost", "cuMemcpyDtoHAsync_v2",
 }
 
 // optionalSymbols are entry points used when the driver has them
@@ -102,6 +103,9 @@ const (
 	fnGetErrorString
 	fnDriverGetVersion
 	fnOccupancy
+	fnMemAllocHost
+	fnMemFreeHost
+	fnMemcpyDtoHAsync
 	fnLaunchKernelEx // optional: zero when the driver lacks it
 	numFns
 )

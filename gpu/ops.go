@@ -108,5 +108,12 @@ func (d *Device) embed(m *Matrix, n int, tok, out Buffer, scale float32) error {
 
 // argmax queues out[0] = the index of the largest of x[0..n).
 func (d *Device) argmax(x Buffer, n int, out Buffer) error {
-	return d.launchPDL("argmax", grid1(1), grid1(1024), 0, argBuf(x), argInt(n), argBuf(out))
+	return d.argmaxChain(x, n, out, Buffer{}, Buffer{})
+}
+
+// argmaxChain is argmax that, with tok set, also writes the index as the
+// token of the next decode step and advances its position pos[0] (device
+// thread).
+func (d *Device) argmaxChain(x Buffer, n int, out, tok, pos Buffer) error {
+	return d.launchPDL("argmax", grid1(1), grid1(1024), 0, argBuf(x), argInt(n), argBuf(out), argBuf(tok), argBuf(pos))
 }

@@ -110,6 +110,25 @@ type Argmaxer interface {
 	Argmax(src Buf, n int) (int, error)
 }
 
+// GreedyChainer is implemented by backends that, after a replayed decode
+// step, can take its argmax as the next step's token where the logits are
+// and queue that step before the id has come back, so the host's round
+// trip between two greedy tokens is off the device's path. The queued
+// step is a guess that the caller goes on greedily from the id; a caller
+// that does not (a stop, another token or position) only discards it: it
+// wrote the cache one position past the sequence, which the next real
+// step there overwrites, and the logits, which a greedy caller does not
+// read.
+type GreedyChainer interface {
+	// ChainGreedy returns the argmax of src[0..n), the logits of key's
+	// decode step, and queues key's step once more on it, one position on.
+	ChainGreedy(key any, src Buf, n int) (int, error)
+	// Chained says whether key's step on tokens at pos is the one
+	// ChainGreedy queued (and so needs no SetStep or replay); any answer
+	// ends the chain.
+	Chained(key any, tokens []int, pos int) bool
+}
+
 // TopKer is implemented by backends that find the k largest of n logits
 // where they are, so sampling copies back k candidates, not the
 // vocabulary.

@@ -290,10 +290,6 @@ func (s *Session) runOut(ctx context.Context, tokens []int, out *ForwardOutput, 
 // whole forward pass, top to bottom.
 func (s *Session) step(ctx context.Context, tokens []int, out *ForwardOutput, all, last, hidden bool) error {
 	be, c, n := s.be, s.cfg, len(tokens)
-	if err := be.SetStep(tokens, s.pos); err != nil {
-		return fmt.Errorf("model: %s: %w", be.Name(), err)
-	}
-
 	// The final norm and the logits run for every row, or only the last
 	// token's, or not at all for a chunk of prefill before the last.
 	rows, from, head := n, 0, true
@@ -301,14 +297,24 @@ func (s *Session) step(ctx context.Context, tokens []int, out *ForwardOutput, al
 		rows, from, head = 1, n-1, last
 	}
 	enqueue := func() error { return s.enqueue(ctx, n, rows, from, head, out, hidden) }
-	var err error
-	if r, ok := be.(StepReplayer); ok && n == 1 && !hidden && head {
-		err = r.ReplayStep(s, enqueue) // a decode step: the same every token
-	} else {
-		err = enqueue()
-	}
-	if err != nil {
-		return err
+	// A decode step is the same every token: replayed where the backend
+	// can, and already queued where the greedy step before chained it.
+	r, replay := be.(StepReplayer)
+	replay = replay && n == 1 && !hidden && head
+	chainer, _ := be.(GreedyChainer)
+	if !replay || chainer == nil || !chainer.Chained(s, tokens, s.pos) {
+		if err := be.SetStep(tokens, s.pos); err != nil {
+			return fmt.Errorf("model: %s: %w", be.Name(), err)
+		}
+		var err error
+		if replay {
+			err = r.ReplayStep(s, enqueue)
+		} else {
+			err = enqueue()
+		}
+		if err != nil {
+			return err
+		}
 	}
 	if !head {
 		s.pos += n
@@ -324,7 +330,14 @@ func (s *Session) step(ctx context.Context, tokens []int, out *ForwardOutput, al
 		return nil
 	}
 	if am, ok := be.(Argmaxer); ok && out.greedy {
-		next, err := am.Argmax(s.logits, c.VocabSize)
+		var next int
+		var err error
+		if replay && chainer != nil && s.pos+2 <= s.ctx {
+			// The next step, on this id, is queued before it comes back.
+			next, err = chainer.ChainGreedy(s, s.logits, c.VocabSize)
+		} else {
+			next, err = am.Argmax(s.logits, c.VocabSize)
+		}
 		if err != nil {
 			return fmt.Errorf("model: %s: argmax: %w", be.Name(), err)
 		}

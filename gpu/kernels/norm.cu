@@ -123,10 +123,13 @@ extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm(float* __restrict
 __device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
 
 // argmax writes the index of the largest of x[0..n) (the first on ties;
-// NaNs never win) to out[0]. One block of 1024 threads; each thread loads
-// AU float4s at once.
+// NaNs never win) to out[0]. With tok set it also chains the next decode
+// step (Backend.ChainGreedy): tok[0] becomes the index (0 where none won)
+// and pos[0] the next position. One block of 1024 threads; each thread
+// loads AU float4s at once.
 #define AU 8
-extern "C" __global__ void __launch_bounds__(1024) argmax(const float* __restrict__ x, int n, int* __restrict__ out) {
+extern "C" __global__ void __launch_bounds__(1024) argmax(const float* __restrict__ x, int n, int* __restrict__ out,
+                                                          int* __restrict__ tok, int* __restrict__ pos) {
     __shared__ float bv[32];
     __shared__ int bi[32];
     pdl_launch_dependents();
@@ -174,6 +177,9 @@ extern "C" __global__ void __launch_bounds__(1024) argmax(const float* __restric
             const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
             if (better(ov, oi, v, idx)) v = ov, idx = oi;
         }
-        if (t == 0) out[0] = idx;
+        if (t == 0) {
+            out[0] = idx;
+            if (tok != nullptr) tok[0] = idx < n ? idx : 0, pos[0] += 1;
+        }
     }
 }
