@@ -40,7 +40,8 @@ func attnDecodeSplit(g, kvHeads int) int {
 }
 
 // attnDecodeSlices is how many slices a context of visible positions is
-// split into: one per 256 positions, at most 32. Up to 256 positions one
+// split into: one per 256 positions, at most 32 (the kernel uses as many
+// as the positions seen so far need). Up to 256 positions one
 // block per kv head does the whole sequence without a combining pass (a
 // block's 16 warps take 64 positions a round).
 func attnDecodeSlices(visible int) int {
@@ -71,7 +72,9 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 		visible = min(window, positions)
 	}
 	a := &attnDecode{name: fmt.Sprintf("attn_decode_%d_%d", hd, g2), split: split, slices: attnDecodeSlices(visible)}
-	a.chunk = (visible + a.slices - 1) / a.slices
+	// A slice holds at most chunk positions: visible/S when all S are in
+	// use, up to 256 while fewer are (the kernel uses one a 256 positions).
+	a.chunk = max((visible+a.slices-1)/a.slices, min(visible, 256))
 	a.shared = 4 * (g*hd + 2*hd + g*a.chunk + attnDecodeWarps*g*hd)
 	if a.shared > d.maxShared {
 		return nil, fmt.Errorf("gpu: attention: %d bytes of shared memory needed, the device has %d", a.shared, d.maxShared)

@@ -74,6 +74,17 @@ ab() {
 	bench tinyllama 4 LOWBIT_SKIP=attn,qkv,o,gateup,down,head
 }
 
+# ab512: ab with the prompt test too (-p 512 -n 128, as the issues
+# measure): the session's cache then holds 641 positions.
+ab512() {
+	for round in 1 2; do
+		for b in "tinyllama 4" "tinyllama 8" "bitnet-2b tq2" "llama2-7b 4"; do
+			PP=512 base $b
+			PP=512 bench $b
+		done
+	done
+}
+
 # depth: the baseline against this build at depth (-d), alternating.
 depth() {
 	for round in 1 2; do

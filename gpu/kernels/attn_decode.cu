@@ -4,7 +4,9 @@
 //
 // Grid: (kv_heads * split, S). Block (blk, s) takes G = heads/kv_heads/
 // split of the query heads that share kv head blk/split, over the s-th of
-// S equal slices of the visible positions: every key and value row is read
+// Su equal slices of the visible positions, Su being one a 256 of them (at
+// most S; the blocks past Su return at once, and one slice needs no
+// combining pass): every key and value row is read
 // once for those G heads (split > 1 spreads a large group over more blocks
 // when the model has few kv heads). S is fixed when the step is launched (a CUDA graph replays it for
 // every position); the slices' length follows the position, read from
@@ -62,7 +64,9 @@ __device__ void attn_decode(const float* __restrict__ q, const float* __restrict
     for (int i = t; i < HD; i += blockDim.x) ks[i] = kcur[(size_t)kvh * HD + i], vs[i] = vcur[(size_t)kvh * HD + i];
     const int p = pos[0], n = p + 1;
     const int first = window > 0 ? max(0, p - window + 1) : 0;
-    const int len = (n - first + S - 1) / S;
+    const int Su = min(S, (n - first + 255) / 256);  // slices in use at this position
+    if (s >= Su) return;
+    const int len = (n - first + Su - 1) / Su;  // at most chunk_max (attnDecode.chunk)
     const int lo = first + s * len, hi = min(n, lo + len);
     __syncthreads();
     if (rope_cs != nullptr) {
@@ -157,7 +161,7 @@ __device__ void attn_decode(const float* __restrict__ q, const float* __restrict
     __syncthreads();
 
     // The block's sums per head; one slice: the output.
-    if (S == 1) {
+    if (Su == 1) {
         for (int i = t; i < G * HD; i += blockDim.x) {
             float a = 0.f;
 #pragma unroll
@@ -177,7 +181,7 @@ __device__ void attn_decode(const float* __restrict__ q, const float* __restrict
     }
     __threadfence();
     __syncthreads();
-    if (t == 0) last = atomicAdd(count + blk, 1) == S - 1;
+    if (t == 0) last = atomicAdd(count + blk, 1) == Su - 1;
     __syncthreads();
     if (!last) return;
     // The last block of this kv head: combine the S partials. First each
@@ -187,12 +191,12 @@ __device__ void attn_decode(const float* __restrict__ q, const float* __restrict
     const float* all = part + (size_t)blk * S * G * (HD + 2);
     for (int h = warp; h < G; h += NW) {
         float m = -INFINITY;
-        for (int k = lane; k < S; k += 32) m = fmaxf(m, __ldcg(all + (k * G + h) * (HD + 2) + HD));
+        for (int k = lane; k < Su; k += 32) m = fmaxf(m, __ldcg(all + (k * G + h) * (HD + 2) + HD));
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
         float l = 0.f;
-        for (int k = lane; k < S; k += 32) {
+        for (int k = lane; k < Su; k += 32) {
             const float e = __expf(__ldcg(all + (k * G + h) * (HD + 2) + HD) - m);
-            sc[h * S + k] = e;
+            sc[h * Su + k] = e;
             l += e * __ldcg(all + (k * G + h) * (HD + 2) + HD + 1);
         }
         for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
@@ -202,7 +206,7 @@ __device__ void attn_decode(const float* __restrict__ q, const float* __restrict
     for (int i = t; i < G * HD; i += blockDim.x) {
         const int h = i / HD, j = i % HD;
         float a = 0.f;
-        for (int k = 0; k < S; k++) a += sc[h * S + k] * __ldcg(all + (k * G + h) * (HD + 2) + j);
+        for (int k = 0; k < Su; k++) a += sc[h * Su + k] * __ldcg(all + (k * G + h) * (HD + 2) + j);
         out[(size_t)blk * G * HD + i] = a * stat[h];
     }
     if (t == 0) count[blk] = 0;
