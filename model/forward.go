@@ -212,7 +212,9 @@ type ForwardOutput struct {
 
 // NextGreedy appends tokens and returns the id of the most likely next
 // token. On a backend that implements Argmaxer the logits stay where they
-// are and only the id is copied back.
+// are and only the id is copied back; on a GreedyChainer the step on that
+// id is already queued when it returns (so LastLogits then reads that
+// step's logits, not these).
 func (s *Session) NextGreedy(ctx context.Context, tokens []int) (int, error) {
 	out, err := s.runOut(ctx, tokens, &ForwardOutput{greedy: true}, false, false)
 	if err != nil {
@@ -240,7 +242,8 @@ func (s *Session) NextCandidates(ctx context.Context, tokens []int, k int, temp 
 	return nil, logits, err
 }
 
-// LastLogits copies back the logits of the last step's last token.
+// LastLogits copies back the logits of the last step's last token (after
+// NextGreedy on a GreedyChainer backend: of the step it queued ahead).
 func (s *Session) LastLogits() ([]float32, error) {
 	logits := make([]float32, s.cfg.VocabSize)
 	if err := s.be.Read(logits, s.logits, 0); err != nil {
