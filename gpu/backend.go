@@ -197,7 +197,7 @@ func (b *Backend) Upload(w *model.Weight) (model.Mat, error) {
 	if m, ok := b.mats[w]; ok {
 		return m, nil
 	}
-	b.settle()
+	b.flush()
 	var m *Matrix
 	var err error
 	switch {
@@ -245,7 +245,7 @@ func (b *Backend) Alloc(n int) (model.Buf, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("gpu: cannot allocate %d values", n)
 	}
-	b.settle()
+	b.flush()
 	var buf Buffer
 	err := b.d.do(func() (err error) {
 		if buf, err = b.d.pool.alloc(b.d, int64(4*(n+32)), MemScratch); err != nil {
@@ -276,7 +276,7 @@ func (b *Backend) NewCache(layers, positions, kvDim int) (model.KVCache, error) 
 	if layers <= 0 || positions <= 0 || kvDim <= 0 {
 		return nil, fmt.Errorf("gpu: bad cache geometry %d layers x %d positions x %d", layers, positions, kvDim)
 	}
-	b.settle()
+	b.flush()
 	per := int64(positions) * int64(kvDim) * 4
 	c := &gpuCache{positions: positions, kvDim: kvDim}
 	err := b.d.do(func() (err error) {
@@ -359,10 +359,10 @@ func (b *Backend) run(fn func() error) error {
 	return err
 }
 
-// settle runs what is queued before a call that goes to the device
+// flush runs what is queued before a call that goes to the device
 // thread by itself (uploads, allocations), so the stream keeps the order
 // of the calls; a failure stays sticky (Err).
-func (b *Backend) settle() { b.run(nil) }
+func (b *Backend) flush() { b.run(nil) }
 
 // runAll runs queued operations in order, up to the first failure.
 func runAll(q []func() error) error {
@@ -387,7 +387,7 @@ func (b *Backend) Embed(dst model.Buf, table model.Mat, n int, scale float32) {
 			for r := 0; r < rows; r++ {
 				t.w.Row(r, f[r*cols:(r+1)*cols])
 			}
-			b.settle()
+			b.flush()
 			wide, err := b.d.UploadFloat(quantize.F32, f, rows, cols)
 			if err != nil {
 				b.fail(fmt.Errorf("gpu: embedding table as f32: %w", memError(err)))
@@ -693,7 +693,7 @@ func (b *Backend) Fuse(parts ...model.Mat) (model.Mat, bool) {
 	if len(parts) < 2 {
 		return nil, false
 	}
-	if b.settle(); b.err != nil {
+	if b.flush(); b.err != nil {
 		return nil, false
 	}
 	ps := make([]*gpuMat, len(parts))
