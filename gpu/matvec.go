@@ -280,12 +280,13 @@ const (
 	matvecS2W8    = 208
 	matvecS1W8    = 108
 	matvecS1W16   = 116
+	matvecS1W32   = 132
 	matvecS1W16K2 = 20116
 	matvecS1W32K2 = 20132
 )
 
 // matvecKernels lists the shared-memory kernels built in matvec.cu.
-var matvecKernels = []int{matvecS4W4, matvecS2W4, matvecS2W8, matvecS1W8, matvecS1W16, matvecS1W16K2, matvecS1W32K2}
+var matvecKernels = []int{matvecS4W4, matvecS2W4, matvecS2W8, matvecS1W8, matvecS1W16, matvecS1W32, matvecS1W16K2, matvecS1W32K2}
 
 // matvecKernel picks the matvec kernel for a shape, from the kernel sweeps
 // of BenchmarkMatVec on the H100 (BENCHMARKS.md, 2026-11-22 and -24): the
@@ -299,12 +300,17 @@ var matvecKernels = []int{matvecS4W4, matvecS2W4, matvecS2W8, matvecS1W8, matvec
 // q4 q/k/v 14.3 -> 13.0 us, gate/up 23.6 -> 21.9 us, o 6.1 -> 5.8 us
 // against the kernels below); for the narrow formats 4 rows a warp on tall
 // matrices (8192 rows or more) and 2 rows a warp, 8 warps a block, on the
-// others, where fewer rows a warp give more warps to hide latency.
+// others, where fewer rows a warp give more warps to hide latency. Ahead
+// of all these, q4 matrices of 4096 rows and columns or more (Llama-2-7B's)
+// take one row a warp and 32 warps, one block an SM (its decode +0.5%
+// against 16 warps and the split-K down projection, 2026-11-24).
 func matvecKernel(f quantize.Format, rows, cols int) int {
 	wide := cols > 2*rows
 	switch {
 	case f == quantize.F32 || f == quantize.F16:
 		return matvecPlain
+	case f == quantize.Q4 && cols >= 4096 && rows >= 4096:
+		return matvecS1W32
 	case wide && (f == quantize.Q8 || f == quantize.Q4 || f == quantize.TQ2):
 		return matvecS1W32K2
 	case f == quantize.Q8, f == quantize.Q4 && cols >= 4096, f == quantize.TQ2 && rows < 8192:

@@ -56,24 +56,44 @@ __device__ void attn_decode(const float* __restrict__ q, const float* __restrict
     float* sc = vs + HD;              // [G][chunk_max] scores, then weights
     float* red = sc + G * chunk_max;  // [NW][G][HD] each warp's value sums
 
-    pdl_wait();
-    // Stage q (G heads) and the step's k and v (loads issued together with
-    // the position's); rotate q and k (HF rotate half: pairs (i, i + HD/2)).
-    const float* qg = q + (size_t)blk * G * HD;
-    for (int i = t; i < G * HD; i += blockDim.x) qs[i] = qg[i];
-    for (int i = t; i < HD; i += blockDim.x) ks[i] = kcur[(size_t)kvh * HD + i], vs[i] = vcur[(size_t)kvh * HD + i];
+    // The next kernel (the o product) may be placed at once: it takes what
+    // this one's few blocks leave of the GPU and fetches its first weights.
+    pdl_launch_dependents();
+    // Read before the wait, as nothing of this step writes them: the
+    // position (set before the step began), its rotation, and the warp's
+    // first cached keys (earlier positions, stored by earlier steps).
     const int p = pos[0], n = p + 1;
     const int first = window > 0 ? max(0, p - window + 1) : 0;
     const int Su = min(S, (n - first + 255) / 256);  // slices in use at this position
     if (s >= Su) return;
     const int len = (n - first + Su - 1) / Su;  // at most chunk_max (attnDecode.chunk)
     const int lo = first + s * len, hi = min(n, lo + len);
+    const bool rot = rope_cs != nullptr && t < (G + 1) * (HD / 2);
+    const float2 cs0 = rot ? rope_cs[(size_t)p * (HD / 2) + t % (HD / 2)] : make_float2(1.f, 0.f);
+    constexpr int UN = DL <= 16 ? 4 : 2;   // positions a warp loads at once
+    constexpr bool KPRE = DL <= 8;         // (registers: UN*DL floats)
+    float2 kpre[KPRE ? UN : 1][DL / 2];
+    if (KPRE)
+#pragma unroll
+        for (int u = 0; u < UN; u++) {
+            const int x = lo + warp + u * NW;
+            if (x < hi && x != p)
+#pragma unroll
+                for (int i = 0; i < DL / 2; i++)
+                    kpre[u][i] = *reinterpret_cast<const float2*>(kc + (size_t)x * kvdim + (size_t)kvh * HD + d0 + 2 * i);
+        }
+    pdl_wait();
+    // Stage q (G heads) and the step's k and v; rotate q and k (HF rotate
+    // half: pairs (i, i + HD/2)).
+    const float* qg = q + (size_t)blk * G * HD;
+    for (int i = t; i < G * HD; i += blockDim.x) qs[i] = qg[i];
+    for (int i = t; i < HD; i += blockDim.x) ks[i] = kcur[(size_t)kvh * HD + i], vs[i] = vcur[(size_t)kvh * HD + i];
     __syncthreads();
     if (rope_cs != nullptr) {
         for (int i = t; i < (G + 1) * (HD / 2); i += blockDim.x) {
             const int h = i / (HD / 2), j = i % (HD / 2);
             float* v = h < G ? qs + h * HD : ks;
-            const float2 cs = rope_cs[(size_t)p * (HD / 2) + j];
+            const float2 cs = i == t ? cs0 : rope_cs[(size_t)p * (HD / 2) + j];
             const float a = v[j], b = v[j + HD / 2];
             v[j] = a * cs.x - b * cs.y;
             v[j + HD / 2] = b * cs.x + a * cs.y;
@@ -88,8 +108,7 @@ __device__ void attn_decode(const float* __restrict__ q, const float* __restrict
         }
 
     // Scores: warp w takes positions lo+w, lo+w+NW, ..., UN at a time
-    // (their loads issued together).
-    constexpr int UN = DL <= 16 ? 4 : 2;
+    // (their loads issued together; the first UN's before the wait).
     float qr[DL];
 #pragma unroll
     for (int i = 0; i < DL; i++) qr[i] = active ? qs[g * HD + d0 + i] * scale : 0.f;
@@ -100,8 +119,9 @@ __device__ void attn_decode(const float* __restrict__ q, const float* __restrict
             const int x = x0 + u * NW;
             if (x >= hi) break;
             const float* kr = x == p ? ks : kc + (size_t)x * kvdim + (size_t)kvh * HD;
+            const bool pre = KPRE && x0 == lo + warp && x != p;
 #pragma unroll
-            for (int i = 0; i < DL / 2; i++) kv[u][i] = *reinterpret_cast<const float2*>(kr + d0 + 2 * i);
+            for (int i = 0; i < DL / 2; i++) kv[u][i] = pre ? kpre[u % (KPRE ? UN : 1)][i] : *reinterpret_cast<const float2*>(kr + d0 + 2 * i);
         }
 #pragma unroll
         for (int u = 0; u < UN; u++) {
@@ -154,7 +174,6 @@ __device__ void attn_decode(const float* __restrict__ q, const float* __restrict
             for (int i = 0; i < DL / 2; i++) acc[2 * i] += w * vv[u][i].x, acc[2 * i + 1] += w * vv[u][i].y;
         }
     }
-    pdl_launch_dependents();  // the rest is this block's short tail
     if (active)
 #pragma unroll
         for (int i = 0; i < DL; i++) red[(warp * G + g) * HD + d0 + i] = acc[i];

@@ -212,6 +212,121 @@ __device__ __forceinline__ float warps_max(const float* v, int nwarps) {
     return m;
 }
 
+// Staging x (stage_x): each thread owns the float4s i = threadIdx.x +
+// j*blockDim.x of x, up to V of them in registers at once (V = the
+// kernel's stage_v); an x longer than that is staged V a thread at a
+// time, reading x twice when a norm needs its statistics first.
+template <int NW>
+__device__ constexpr int stage_v() { return NW >= 8 ? 2 : 5; }
+
+// stage_norm holds the RMSNorm's weights (plus w_add) of a thread's first
+// V float4s of x: constant, so they are loaded before the kernel waits for
+// x (stage_pre).
+template <int V>
+struct stage_norm {
+    float4 g[V];
+};
+
+// norm_w is the norm's weights of float4 i of x, plus w_add.
+__device__ __forceinline__ float4 norm_w(const float* __restrict__ nw, int i, float w_add) {
+    const float4 v = reinterpret_cast<const float4*>(nw)[i];
+    return make_float4(v.x + w_add, v.y + w_add, v.z + w_add, v.w + w_add);
+}
+
+// stage_pre loads sn (before the kernel waits for x).
+template <int V>
+__device__ __forceinline__ void stage_pre(stage_norm<V>& sn, const float* __restrict__ nw, float w_add, int nb) {
+    if (nw == nullptr) return;
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        const int i = threadIdx.x + j * blockDim.x;
+        sn.g[j] = i < nb * 8 ? norm_w(nw, i, w_add) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+// stage_q4 is stage_x for q4's int16 x (the layout below): four threads
+// a 32-weight block, eight values each, the block's largest |value| and
+// sum by shuffles among the four; the RMSNorm's statistics in a pass of
+// their own. (stage_x's way, every value of a thread read at once and
+// kept in registers, measured slower here: TinyLlama q4 decode -4%.)
+template <int FMT>
+__device__ void stage_q4(float4* xsh, const float* __restrict__ x, const float* __restrict__ x2, int act, int cols,
+                         const float* __restrict__ nw, float eps, float w_add, int nb) {
+    constexpr int CB = chunk_blocks<FMT>();
+    const int nch = nb / CB, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    __shared__ float red[32];
+    float rinv = 1.f;
+    if (nw != nullptr) {
+        float ss = 0.f;
+        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
+            const float4 v = reinterpret_cast<const float4*>(x)[i];
+            const int c = 4 * i;  // past cols: another row's values, not padding
+            ss += (c < cols ? v.x * v.x : 0.f) + (c + 1 < cols ? v.y * v.y : 0.f) +
+                  (c + 2 < cols ? v.z * v.z : 0.f) + (c + 3 < cols ? v.w * v.w : 0.f);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) red[warp] = ss;
+        __syncthreads();
+        rinv = rsqrtf(warps_sum(red, nwarps) / (float)cols + eps);
+    }
+    // (The loop is uniform, so every lane takes part in the shuffles.)
+    uint4* xq = reinterpret_cast<uint4*>(xsh);
+    float* xscale = reinterpret_cast<float*>(xsh + 4 * nb);
+    float* xsum = xscale + nb;
+    for (int i0 = 0; i0 < nb * 4; i0 += blockDim.x) {
+        const int i = i0 + threadIdx.x, b = i >> 2, k = i & 3;
+        const bool in = i < nb * 4;
+        float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (in) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float4 f = reinterpret_cast<const float4*>(x)[2 * i + h];
+                v[4 * h] = f.x, v[4 * h + 1] = f.y, v[4 * h + 2] = f.z, v[4 * h + 3] = f.w;
+            }
+            if (act >= 0) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float4 u = reinterpret_cast<const float4*>(x2)[2 * i + h];
+                    const float uu[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+                    for (int j = 0; j < 4; j++) v[4 * h + j] = glu_act(v[4 * h + j], uu[j], act);
+                }
+            }
+            if (nw != nullptr) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float4 g = reinterpret_cast<const float4*>(nw)[2 * i + h];
+                    const float gg[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+                    for (int j = 0; j < 4; j++) v[4 * h + j] = v[4 * h + j] * rinv * (gg[j] + w_add);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++)  // past cols: zeros, whatever the buffers hold
+                if (8 * i + j >= cols) v[j] = 0.f;
+        }
+        float m = 0.f, sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) m = fmaxf(m, fabsf(v[j])), sum += v[j];
+#pragma unroll
+        for (int o = 1; o < 4; o <<= 1) {
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        }
+        const float inv = m > 0.f ? 32767.f / m : 0.f;
+        uint32_t w[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            w[j] = (uint32_t)(uint16_t)__float2int_rn(v[2 * j] * inv) | ((uint32_t)__float2int_rn(v[2 * j + 1] * inv) << 16);
+        if (in) {
+            xq[((b % CB) * 4 + k) * nch + b / CB] = make_uint4(w[0], w[1], w[2], w[3]);
+            if (k == 0) xscale[(b % CB) * nch + b / CB] = m / 32767.f, xsum[(b % CB) * nch + b / CB] = sum;
+        }
+    }
+    __syncthreads();
+}
+
 // stage_x writes x into shared memory at xsh in the layout the products
 // read it in, after the steps fused before the product: the gated
 // activation act(x) * x2 (act >= 0; cols values are real, the rest of the
@@ -222,59 +337,74 @@ __device__ __forceinline__ float warps_max(const float* v, int nwarps) {
 //       returns the scale (x = q * scale);
 //   q4: int16 per 32-weight block: uint4 k (values 8k..8k+7) of block b at
 //       ((uint4*)xsh)[((b%CB)*4 + k)*nch + b/CB], then nb block scales and
-//       nb float sums, block b's at (b%CB)*nch + b/CB;
+//       nb float sums, block b's at (b%CB)*nch + b/CB (stage_q4);
 //   others: floats, float4 k of block b at xsh[k*nb + (b%CB)*nch + b/CB].
-// Ends with __syncthreads; every thread of the block calls it.
-template <int FMT>
+// Returns the factor of the product's outputs: int8 x's scale, else 1.
+// A thread's values are read at once and kept in registers between the
+// statistics and the writes: x was just written by the kernel before, and
+// each dependent round trip to it costs the whole block its latency
+// (BitNet-2B tq2 decode +9%, TinyLlama q8 +4%). sn holds the norm's
+// weights (stage_pre). Ends with __syncthreads; every thread of the block
+// calls it.
+template <int FMT, int V>
 __device__ float stage_x(float4* xsh, const float* __restrict__ x, const float* __restrict__ x2, int act, int cols,
-                         const float* __restrict__ nw, float eps, float w_add, bool i8, int nb) {
+                         const float* __restrict__ nw, const stage_norm<V>& sn, float eps, float w_add, bool i8,
+                         int nb) {
+    if (FMT == Q4 && !i8) {
+        stage_q4<FMT>(xsh, x, x2, act, cols, nw, eps, w_add, nb);
+        return 1.f;
+    }
     constexpr int CB = chunk_blocks<FMT>();
-    const int nch = nb / CB, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const int nch = nb / CB, n4 = nb * 8, nt = blockDim.x;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = nt >> 5;
+    const bool norm = nw != nullptr, one = n4 <= V * nt;  // one: every value in registers at once
     __shared__ float red[2][32];
-    float rinv = 1.f, xscale8 = 0.f;
-    if (nw != nullptr && !i8) {
-        float ss = 0.f;
-        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
-            const float4 v = reinterpret_cast<const float4*>(x)[i];
-            const int c = 4 * i;  // past cols: another row's values, not padding
-            ss += (c < cols ? v.x * v.x : 0.f) + (c + 1 < cols ? v.y * v.y : 0.f) +
-                  (c + 2 < cols ? v.z * v.z : 0.f) + (c + 3 < cols ? v.w * v.w : 0.f);
+    // value is x's float4 i after the gate, zeros past cols.
+    auto value = [&](float4 v, float4 u, int i) {
+        float e[4] = {v.x, v.y, v.z, v.w};
+        const float uu[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) e[k] = 4 * i + k < cols ? (act >= 0 ? glu_act(e[k], uu[k], act) : e[k]) : 0.f;
+        return make_float4(e[0], e[1], e[2], e[3]);
+    };
+    // load reads the thread's float4s i0 + threadIdx.x + j*nt (j < V) of x
+    // (and x2), all at once. (Every thread runs the same rounds, so the
+    // shuffles below find their whole warp.)
+    float4 e[V];
+    auto load = [&](int i0) {
+        float4 xv[V], uv[V];
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            const int i = i0 + (int)threadIdx.x + j * nt;
+            xv[j] = uv[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (i < n4) {
+                xv[j] = reinterpret_cast<const float4*>(x)[i];
+                if (act >= 0) uv[j] = reinterpret_cast<const float4*>(x2)[i];
+            }
         }
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (lane == 0) red[0][warp] = ss;
-        __syncthreads();
-        rinv = rsqrtf(warps_sum(red[0], nwarps) / (float)cols + eps);
-    }
-    if (i8) {
-        // Two passes over x: gate it, sum its squares and find the largest
-        // |x * (nw + w_add)|; after one block reduction of both, gate it
-        // again, normalize and round to int8 as the quantize_i8 kernel does
-        // (the largest |normalized x| is rinv times that largest). The gate
-        // is computed twice rather than kept: the gated floats would take
-        // four bytes a value of shared memory, the int8 x takes one.
-        // gated is x's value i (act(x) * x2 when gated; zero past cols).
-        auto gated = [&](int i, float (&e)[4]) {
-            const float4 v = reinterpret_cast<const float4*>(x)[i];
-            e[0] = v.x, e[1] = v.y, e[2] = v.z, e[3] = v.w;
-            float u[4] = {0.f, 0.f, 0.f, 0.f};
-            if (act >= 0) {
-                const float4 uu = reinterpret_cast<const float4*>(x2)[i];
-                u[0] = uu.x, u[1] = uu.y, u[2] = uu.z, u[3] = uu.w;
-            }
-#pragma unroll
-            for (int j = 0; j < 4; j++) e[j] = 4 * i + j < cols ? (act >= 0 ? glu_act(e[j], u[j], act) : e[j]) : 0.f;
-        };
+        for (int j = 0; j < V; j++) e[j] = value(xv[j], uv[j], i0 + (int)threadIdx.x + j * nt);
+    };
+    auto gw = [&](int i0, int j) {  // the norm weight of the thread's float4 j of round i0
+        const int i = i0 + (int)threadIdx.x + j * nt;
+        return i0 == 0 ? sn.g[j] : i < n4 ? norm_w(nw, i, w_add) : make_float4(0.f, 0.f, 0.f, 0.f);
+    };
+    // The statistics: the sum of squares (norm) and the largest |x * g|
+    // (i8), one block reduction of both.
+    float rinv = 1.f, xscale8 = 0.f, sc = 0.f;
+    if (norm || i8) {
         float ss = 0.f, am = 0.f;
-        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
-            float e[4], g[4] = {1.f, 1.f, 1.f, 1.f};
-            gated(i, e);
-            if (nw != nullptr) {
-                const float4 gg = reinterpret_cast<const float4*>(nw)[i];
-                g[0] = gg.x + w_add, g[1] = gg.y + w_add, g[2] = gg.z + w_add, g[3] = gg.w + w_add;
-            }
+        for (int i0 = 0; i0 < n4; i0 += V * nt) {
+            load(i0);
 #pragma unroll
-            for (int j = 0; j < 4; j++) ss += e[j] * e[j], am = fmaxf(am, fabsf(e[j] * g[j]));
+            for (int j = 0; j < V; j++) {
+                const float v[4] = {e[j].x, e[j].y, e[j].z, e[j].w};
+                float4 g4 = make_float4(1.f, 1.f, 1.f, 1.f);
+                if (norm && i8) g4 = gw(i0, j);
+                const float g[4] = {g4.x, g4.y, g4.z, g4.w};
+#pragma unroll
+                for (int k = 0; k < 4; k++) ss += v[k] * v[k], am = fmaxf(am, fabsf(v[k] * g[k]));
+            }
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
@@ -284,117 +414,45 @@ __device__ float stage_x(float4* xsh, const float* __restrict__ x, const float* 
         if (lane == 0) red[0][warp] = ss, red[1][warp] = am;
         __syncthreads();
         ss = warps_sum(red[0], nwarps), am = warps_max(red[1], nwarps);
-        if (nw != nullptr) {
+        if (norm) {
             rinv = rsqrtf(ss / (float)cols + eps);
             am *= rinv;
         }
-        const float sc = __fdiv_rn(127.f, fmaxf(am, 1e-5f));
-        xscale8 = __fdiv_rn(1.f, sc);
-        int* Q = reinterpret_cast<int*>(xsh);
-        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
-            float e[4];
-            gated(i, e);
-            if (nw != nullptr) {
-                const float4 gg = reinterpret_cast<const float4*>(nw)[i];
-                e[0] = e[0] * rinv * (gg.x + w_add), e[1] = e[1] * rinv * (gg.y + w_add);
-                e[2] = e[2] * rinv * (gg.z + w_add), e[3] = e[3] * rinv * (gg.w + w_add);
-            }
-            uint32_t word = 0;
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const float r = fminf(fmaxf(rintf(__fmul_rn(e[j], sc)), -128.f), 127.f);
-                word |= (uint32_t)(uint8_t)(int8_t)r << (8 * j);
-            }
-            const int c = i >> 4, o = i & 15;  // chunk, int within its 64 bytes
-            Q[((o >> 2) * nch + c) * 4 + (o & 3)] = (int)word;
+        if (i8) {
+            sc = __fdiv_rn(127.f, fmaxf(am, 1e-5f));
+            xscale8 = __fdiv_rn(1.f, sc);
         }
-    } else if (FMT == Q4) {
-        // Four threads a block, eight values each (one uint4 of int16);
-        // the block's largest |value| and sum by shuffles among the four
-        // (the loop is uniform, so every lane takes part).
-        uint4* xq = reinterpret_cast<uint4*>(xsh);
-        float* xscale = reinterpret_cast<float*>(xsh + 4 * nb);
-        float* xsum = xscale + nb;
-        for (int i0 = 0; i0 < nb * 4; i0 += blockDim.x) {
-            const int i = i0 + threadIdx.x, b = i >> 2, k = i & 3;
-            const bool in = i < nb * 4;
-            float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-            if (in) {
+    }
+    // The writes.
+    for (int i0 = 0; i0 < n4; i0 += V * nt) {
+        if (!one || !(norm || i8)) load(i0);
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const float4 f = reinterpret_cast<const float4*>(x)[2 * i + h];
-                    v[4 * h] = f.x, v[4 * h + 1] = f.y, v[4 * h + 2] = f.z, v[4 * h + 3] = f.w;
+        for (int j = 0; j < V; j++) {
+            const int i = i0 + (int)threadIdx.x + j * nt;
+            float v[4] = {e[j].x, e[j].y, e[j].z, e[j].w};
+            if (norm) {
+                const float4 g4 = gw(i0, j);
+                const float g[4] = {g4.x, g4.y, g4.z, g4.w};
+#pragma unroll
+                for (int k = 0; k < 4; k++) v[k] = v[k] * rinv * g[k];
+            }
+            if (i8) {
+                uint32_t word = 0;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const float r = fminf(fmaxf(rintf(__fmul_rn(v[k], sc)), -128.f), 127.f);
+                    word |= (uint32_t)(uint8_t)(int8_t)r << (8 * k);
                 }
-                if (act >= 0) {
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const float4 u = reinterpret_cast<const float4*>(x2)[2 * i + h];
-                        const float uu[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-                        for (int j = 0; j < 4; j++) v[4 * h + j] = glu_act(v[4 * h + j], uu[j], act);
-                    }
-                }
-                if (nw != nullptr) {
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const float4 g = reinterpret_cast<const float4*>(nw)[2 * i + h];
-                        const float gg[4] = {g.x, g.y, g.z, g.w};
-#pragma unroll
-                        for (int j = 0; j < 4; j++) v[4 * h + j] = v[4 * h + j] * rinv * (gg[j] + w_add);
-                    }
-                }
-#pragma unroll
-                for (int j = 0; j < 8; j++)  // past cols: zeros, whatever the buffers hold
-                    if (8 * i + j >= cols) v[j] = 0.f;
+                const int c = i >> 4, o = i & 15;  // chunk, int within its 64 bytes
+                if (i < n4) reinterpret_cast<int*>(xsh)[((o >> 2) * nch + c) * 4 + (o & 3)] = (int)word;
+            } else if (i < n4) {
+                const int b = i >> 3, k = i & 7;
+                xsh[k * nb + (b % CB) * nch + b / CB] = make_float4(v[0], v[1], v[2], v[3]);
             }
-            float m = 0.f, sum = 0.f;
-#pragma unroll
-            for (int j = 0; j < 8; j++) m = fmaxf(m, fabsf(v[j])), sum += v[j];
-#pragma unroll
-            for (int o = 1; o < 4; o <<= 1) {
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-                sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            }
-            const float inv = m > 0.f ? 32767.f / m : 0.f;
-            uint32_t w[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                w[j] = (uint32_t)(uint16_t)__float2int_rn(v[2 * j] * inv) | ((uint32_t)__float2int_rn(v[2 * j + 1] * inv) << 16);
-            if (in) {
-                xq[((b % CB) * 4 + k) * nch + b / CB] = make_uint4(w[0], w[1], w[2], w[3]);
-                if (k == 0) xscale[(b % CB) * nch + b / CB] = m / 32767.f, xsum[(b % CB) * nch + b / CB] = sum;
-            }
-        }
-    } else {
-        for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
-            const int b = i >> 3, k = i & 7;
-            float4 v = reinterpret_cast<const float4*>(x)[i];
-            if (4 * i + 3 >= cols) {  // past cols: zeros, whatever the buffer holds
-                const int c = 4 * i;
-                v.x = c < cols ? v.x : 0.f, v.y = c + 1 < cols ? v.y : 0.f;
-                v.z = c + 2 < cols ? v.z : 0.f, v.w = c + 3 < cols ? v.w : 0.f;
-            }
-            if (act >= 0) {
-                const float4 u = reinterpret_cast<const float4*>(x2)[i];
-                const int c = 4 * i;
-                v.x = c < cols ? glu_act(v.x, u.x, act) : 0.f;
-                v.y = c + 1 < cols ? glu_act(v.y, u.y, act) : 0.f;
-                v.z = c + 2 < cols ? glu_act(v.z, u.z, act) : 0.f;
-                v.w = c + 3 < cols ? glu_act(v.w, u.w, act) : 0.f;
-            }
-            if (nw != nullptr) {
-                const float4 g = reinterpret_cast<const float4*>(nw)[i];
-                const int c = 4 * i;
-                v.x = c < cols ? v.x * rinv * (g.x + w_add) : 0.f;
-                v.y = c + 1 < cols ? v.y * rinv * (g.y + w_add) : 0.f;
-                v.z = c + 2 < cols ? v.z * rinv * (g.z + w_add) : 0.f;
-                v.w = c + 3 < cols ? v.w * rinv * (g.w + w_add) : 0.f;
-            }
-            xsh[k * nb + (b % CB) * nch + b / CB] = v;
         }
     }
     __syncthreads();
-    return xscale8;
+    return i8 ? xscale8 : 1.f;
 }
 
 // matvecs is matvec for rows that are 16-byte aligned and hold whole
@@ -438,6 +496,9 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     // (after the gate and norm), integer dot products (dp4a).
     const bool I8 = FMT == TQ2 && qx;
     extern __shared__ float4 xsh[];
+    // The next kernel may be placed at once: its blocks take what this
+    // one leaves of an SM and fetch their first weights while it runs.
+    pdl_launch_dependents();
     // With KS > 1, KS warps share each row (warp w takes part w % KS of
     // its chunks) and add their sums through shared memory: a long row's
     // chain of round trips is KS times shorter.
@@ -483,8 +544,12 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     int grp = blockIdx.x;
     bool have = setup(grp), loaded = PF && have && c0 < nch;
     if (loaded) load_all(c0, nxt, nsc, nmn);
+    constexpr int V = stage_v<NW>();
+    stage_norm<V> sn;
+    if (FMT != Q4) stage_pre<V>(sn, nw, w_add, nb);  // (q4 stages x its own way: stage_q4)
     pdl_wait();  // x is the previous kernel's output
-    const float xscale8 = stage_x<FMT>(xsh, x, x2, act, cols, nw, eps, w_add, I8, nb);
+    // ys scales every output (int8 x's scale; 1 for float x).
+    const float ys = stage_x<FMT, V>(xsh, x, x2, act, cols, nw, sn, eps, w_add, I8, nb);
     for (; grp < groups; grp += gridDim.x) {
         if (grp != (int)blockIdx.x) have = setup(grp);
         if (KS == 1 && !have) continue;
@@ -596,8 +661,6 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
                 }
             }
         }
-        // The block's last rows: let the next kernel start fetching.
-        if (grp + (int)gridDim.x >= groups) pdl_launch_dependents();
 #pragma unroll
         for (int r = 0; r < SROWS; r++)
 #pragma unroll
@@ -622,7 +685,7 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
             for (int r = 0; r < SROWS; r++)
                 if (row0 + r < rows) {
                     const float ts = FMT == TQ2 ? tq2_scale(scales, row0 + r, tscale) : 1.f;
-                    const float v = I8 ? (float)iacc[r] * ts * xscale8 : FMT == TQ2 ? acc[r] * ts : acc[r];
+                    const float v = I8 ? (float)iacc[r] * ts * ys : (FMT == TQ2 ? acc[r] * ts : acc[r]) * ys;
                     y[row0 + r] = accum ? y[row0 + r] + v : v;
                 }
     }
@@ -657,7 +720,7 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
 #define MATVEC_ALL(fmt, FMT)                                                                                  \
     MATVEC(matvec_##fmt##_32, FMT, 32) MATVEC(matvec_##fmt##_64, FMT, 64) MATVEC(matvec_##fmt##_128, FMT, 128) \
     MATVECS(fmt, FMT, 4, 4) MATVECS(fmt, FMT, 2, 4) MATVECS(fmt, FMT, 2, 8) MATVECS(fmt, FMT, 1, 8)           \
-    MATVECS(fmt, FMT, 1, 16) MATVECK2(fmt, FMT, 16) MATVECK2(fmt, FMT, 32)
+    MATVECS(fmt, FMT, 1, 16) MATVECS(fmt, FMT, 1, 32) MATVECK2(fmt, FMT, 16) MATVECK2(fmt, FMT, 32)
 
 MATVEC_ALL(f32, F32)
 MATVEC_ALL(f16, F16)

@@ -5,9 +5,11 @@
 // that reads constant data (its weights) and then calls pdl_wait before
 // it reads or writes anything another kernel touches: pdl_wait returns
 // once the kernels before it have finished and their writes are visible.
-// Kernels with many blocks call pdl_launch_dependents near the end of
-// their work, so the next kernel's waiting blocks do not take the SMs
-// they still need; one-block kernels call it at once. On older GPUs both
+// The decode products and attention call pdl_launch_dependents as they
+// start: the next kernel's blocks then take whatever an SM has left and
+// fetch their constant inputs (weights, the position's rotation, cached
+// keys) while this one runs (TinyLlama q4 decode +4-7%, 2026-11-24);
+// one-block kernels call it at once. On older GPUs both
 // are no-ops and launches are serialized as usual.
 #pragma once
 
