@@ -41,10 +41,11 @@ gputest() {
 bench() {
 	local shape=$1 bits=$2
 	shift 2
-	local line
-	line=$(env "$@" "${LOWBIT:-$BIN/lowbit}" bench --shape "$shape" --bits "$bits" -p "${PP:-0}" -n 128 -d "${DEPTH:-0}" -r "${REPS:-3}" --device cuda -q 2>&1 |
-		grep -E '^\| .*(tg|pp)[0-9]' | awk -F'|' '{printf "%s %s", $6, $7}')
+	local line out
+	out=$(env "$@" "${LOWBIT:-$BIN/lowbit}" bench --shape "$shape" --bits "$bits" -p "${PP:-0}" -n 128 -d "${DEPTH:-0}" -r "${REPS:-3}" --device cuda -q 2>&1)
+	line=$(echo "$out" | grep -E '^\| .*(tg|pp)[0-9]' | awk -F'|' '{printf "%s %s", $6, $7}')
 	log "$shape $bits ${DEPTH:+d$DEPTH }$* :$line"
+	echo "$out" | grep -E 'achieved' | sed 's/^/   /' >>"$OUT/summary.txt"
 }
 
 # base: bench with the baseline binary and its own PTX.
