@@ -14,15 +14,13 @@ const attnDecodeEnv = "LOWBIT_ATTN_DECODE"
 const attnDecodeWarps = 16
 
 // attnDecode is the split geometry of attn_decode for one cache and head
-// layout: S slices of at most chunk positions, and its scratch (partials
-// and the per-kv-head counters), allocated once so captured graphs keep
-// valid pointers.
+// layout: S slices, and its scratch (partials and the per-kv-head
+// counters), allocated once so captured graphs keep valid pointers.
 type attnDecode struct {
 	name        string
 	split       int // blocks a kv head's query heads are spread over
 	slices      int
-	chunk       int
-	shared      int
+	shared      int // bytes: each warp's weighted value sums
 	part, count Buffer
 }
 
@@ -43,7 +41,8 @@ func attnDecodeSplit(g, kvHeads int) int {
 // split into: one per 256 positions, at most 32 (the kernel uses as many
 // as the positions seen so far need). Up to 256 positions one
 // block per kv head does the whole sequence without a combining pass (a
-// block's 16 warps take 64 positions a round).
+// block's 16 warps take 64 positions a round, each warp with a softmax
+// of its own).
 func attnDecodeSlices(visible int) int {
 	return min(max((visible+255)/256, 1), 32)
 }
@@ -72,10 +71,7 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 		visible = min(window, positions)
 	}
 	a := &attnDecode{name: fmt.Sprintf("attn_decode_%d_%d", hd, g2), split: split, slices: attnDecodeSlices(visible)}
-	// A slice holds at most chunk positions: visible/S when all S are in
-	// use, up to 256 while fewer are (the kernel uses one a 256 positions).
-	a.chunk = max((visible+a.slices-1)/a.slices, min(visible, 256))
-	a.shared = 4 * (g*hd + 2*hd + g*a.chunk + attnDecodeWarps*g*hd)
+	a.shared = 4 * attnDecodeWarps * g * hd
 	if a.shared > d.maxShared {
 		return nil, fmt.Errorf("gpu: attention: %d bytes of shared memory needed, the device has %d", a.shared, d.maxShared)
 	}
@@ -102,7 +98,7 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 func (a *attnDecode) launch(d *Device, q, kcur, vcur, kc, vc, out Buffer, heads, kvHeads int, pos Buffer, scale float32, ropeCS Buffer, window int) error {
 	return d.launchPDL(a.name, grid2(kvHeads*a.split, a.slices), grid1(32*attnDecodeWarps), a.shared,
 		argBuf(q), argBuf(kcur), argBuf(vcur), argBuf(kc), argBuf(vc), argBuf(out), argBuf(a.part), argBuf(a.count),
-		argInt(heads), argInt(kvHeads), argBuf(pos), argF32(scale), argBuf(ropeCS), argInt(window), argInt(a.chunk))
+		argInt(heads), argInt(kvHeads), argBuf(pos), argF32(scale), argBuf(ropeCS), argInt(window))
 }
 
 // ropeTable is cos and sin of every position's rotary angles, [positions]

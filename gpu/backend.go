@@ -46,10 +46,12 @@ type Backend struct {
 	queue []func() error
 
 	steps map[any]*stepGraph
-	// skip and normed: LOWBIT_SKIP's kernels and the count of normed
-	// products in the step so far (skip.go, profiling only).
-	skip   map[string]bool
-	normed int
+	// skip, normed and gatedLast: LOWBIT_SKIP's kernels, the count of
+	// normed products in the step so far and whether the last product
+	// had a gated output (skip.go, profiling only).
+	skip      map[string]bool
+	normed    int
+	gatedLast bool
 	// chain is the decode step ChainGreedy queued ahead (chain.go);
 	// noChain turns chaining off (tests compare the two).
 	chain   *chainedStep
@@ -312,7 +314,7 @@ func (b *Backend) SetStep(tokens []int, pos int) error {
 		buf[b.maxStep+i] = int32(pos + i)
 	}
 	b.n, b.first = len(tokens), pos
-	b.normed = 0
+	b.normed, b.gatedLast = 0, false
 	b.chain = nil
 	b.op("step", func() error { return b.d.htod(b.step, 0, bytesOf(buf)) })
 	return nil
@@ -555,6 +557,13 @@ func (b *Backend) FusedMatMul(dst, x model.Buf, w model.Mat, f model.Fusion) boo
 		}
 		o.act, o.x2 = int(g), f.Up.(gpuBuf).b
 	}
+	if f.OutAct != "" {
+		g, err := gluOf(f.OutAct)
+		if err != nil {
+			return false
+		}
+		o.gated, o.outAct = true, g
+	}
 	if f.Norm != nil {
 		n := f.Norm.(*gpuMat).m
 		if n.Format != quantize.F32 || n.Cols != f.Dim || f.Dim != m.Cols {
@@ -568,7 +577,7 @@ func (b *Backend) FusedMatMul(dst, x model.Buf, w model.Mat, f model.Fusion) boo
 	if b.err != nil {
 		return false
 	}
-	if len(b.skip) > 0 && b.skip[b.productRole(m, f.Act != "", f.Add)] {
+	if len(b.skip) > 0 && b.skip[b.productRole(m, f)] {
 		return true
 	}
 	// The device thread is idle between hand-offs, so its settings can be

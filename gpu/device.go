@@ -87,6 +87,9 @@ type Device struct {
 	pdl     bool
 	pdlCfg  launchConfig
 	pdlAttr launchAttr
+	// gatedOff keeps the gated MLP's activation out of the gate/up
+	// products (LOWBIT_GATED=off, to compare).
+	gatedOff bool
 }
 
 // maxParams bounds a kernel's parameter count.
@@ -173,6 +176,7 @@ func (d *Device) init() error {
 		*a.dst = int(v)
 	}
 	d.pdl = d.major >= 9 && c.fn[fnLaunchKernelEx] != 0 && os.Getenv(pdlEnv) != "off"
+	d.gatedOff = os.Getenv(gatedEnv) == "off"
 	if d.major < minMajor {
 		return fmt.Errorf("gpu: %s needs sm_80 or newer, found sm_%d%d", d.name, d.major, d.minor)
 	}

@@ -179,7 +179,11 @@ func (d *Device) matvec(m *Matrix, x, y Buffer) error {
 // activation act(x) * x2 (act >= 0) or the RMSNorm (norm set) applied to x
 // as it is staged, and the output added to y (accum) instead of stored.
 // int8 (tq2 only) takes x as BitNet's int8 activations, after the gate
-// and the norm, which may then both be set.
+// and the norm, which may then both be set. gated takes m's rows as two
+// halves, gate then up, and writes outAct(gate row i x) * (up row i x)
+// into y[i], Rows/2 values: the MLP's activation folded into the gate/up
+// product, so the down projection reads one vector (q4, q8 and tq2 on
+// the kernels gate/up products take, gatedKernel).
 type matvecOpts struct {
 	x2        Buffer
 	act       int
@@ -187,10 +191,30 @@ type matvecOpts struct {
 	eps, wAdd float32
 	accum     bool
 	int8      bool
+	gated     bool
+	outAct    GLU
 }
 
 // fused says whether o asks for more than the plain product.
-func (o matvecOpts) fused() bool { return o.act >= 0 || o.norm.ptr != 0 || o.accum || o.int8 }
+func (o matvecOpts) fused() bool {
+	return o.act >= 0 || o.norm.ptr != 0 || o.accum || o.int8 || o.gated
+}
+
+// gatedEnv set to "off" leaves the gated output unused: the down
+// projections apply the activation as they stage x (to compare).
+const gatedEnv = "LOWBIT_GATED"
+
+// gatedKernel says whether matvec.cu has the gated-output kernel (MATVECG)
+// for format f and kernel mode.
+func gatedKernel(f quantize.Format, mode int) bool {
+	switch f {
+	case quantize.Q4:
+		return mode == matvecS4W4 || mode == matvecS1W16 || mode == matvecS2W16
+	case quantize.Q8, quantize.TQ2:
+		return mode == matvecS4W4 || mode == matvecS1W16
+	}
+	return false
+}
 
 // canFuse says whether m's product can take o's fused steps: it needs one
 // of the shared-memory kernels, and both a gate and a norm only with int8
@@ -199,7 +223,11 @@ func (d *Device) canFuse(m *Matrix, o matvecOpts) bool {
 	if o.int8 != (m.Format == quantize.TQ2) || (o.act >= 0 && o.norm.ptr != 0 && !o.int8) {
 		return false
 	}
-	return d.kernelFor(m, o) != matvecPlain
+	mode := d.kernelFor(m, o)
+	if o.gated && (d.gatedOff || m.Rows%2 != 0 || o.accum || !gatedKernel(m.Format, mode)) {
+		return false
+	}
+	return mode != matvecPlain
 }
 
 // kernelFor is the matvec kernel m's product with o runs: the one the
@@ -210,6 +238,9 @@ func (d *Device) kernelFor(m *Matrix, o matvecOpts) int {
 	mode := d.matvecMode
 	if mode == 0 {
 		mode = matvecKernel(m.Format, m.Rows, m.Cols)
+		if o.gated && mode == matvecS1W32 {
+			mode = matvecS2W16 // a gated output's pairs within a warp (gatedKernel)
+		}
 	}
 	if mode != matvecPlain && m.rowBytes%16 == 0 && m.blocks()%chunkBlocks(m.Format) == 0 && stagedBytes(m, o) <= d.maxShared {
 		return mode
@@ -236,7 +267,7 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 	args := []uint64{argBuf(m.data), m.scalesArg(), argBuf(m.mins), argF32(m.scale), argBuf(x), argBuf(y),
 		argInt(m.Rows), argInt(nb), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups())}
 	fusedArgs := []uint64{argBuf(o.x2), argInt(o.act), argInt(m.Cols), argBuf(o.norm), argF32(o.eps), argF32(o.wAdd),
-		argBool(o.accum), argBool(o.int8)}
+		argBool(o.accum), argBool(o.int8), argInt(int(o.outAct))}
 	switch mode := d.kernelFor(m, o); mode {
 	case matvecPlain:
 		if o.fused() {
@@ -250,6 +281,12 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 		name := fmt.Sprintf("matvec_%s_s%dw%d", m.Format, rows, warps)
 		if split > 1 {
 			name += fmt.Sprintf("k%d", split)
+		}
+		if o.gated {
+			if split > 1 || !gatedKernel(m.Format, mode) {
+				return fmt.Errorf("gpu: %s %dx%d: no gated-output kernel for mode %d", m.Format, m.Rows, m.Cols, mode)
+			}
+			name += "g"
 		}
 		if err := d.allowShared(name, shared); err != nil {
 			return err
@@ -281,6 +318,7 @@ const (
 	matvecS1W8    = 108
 	matvecS1W16   = 116
 	matvecS1W32   = 132
+	matvecS2W16   = 216 // gated output only (gatedKernel)
 	matvecS1W16K2 = 20116
 	matvecS1W32K2 = 20132
 )

@@ -422,6 +422,80 @@ func TestMatVecFused(t *testing.T) {
 	}
 }
 
+// TestMatVecGated checks the gated output (gate/up products writing
+// act(gate) * up, matvecOpts.gated) against float64 on every kernel that
+// has it, with row groups that do and do not divide the pairs evenly and
+// blocks looping over several groups: the first half of y gets the
+// outputs, the second is left as it was.
+func TestMatVecGated(t *testing.T) {
+	d := openOrSkip(t)
+	r := rand.New(rand.NewPCG(35, 36))
+	for _, sh := range []struct{ rows, cols int }{{200, 128}, {1024, 256}, {8192, 4096}} {
+		for _, f := range []quantize.Format{quantize.Q8, quantize.Q4, quantize.TQ2} {
+			t.Run(fmt.Sprintf("%s/%dx%d", f, sh.rows, sh.cols), func(t *testing.T) {
+				w, x, g, y0 := gaussian(r, sh.rows*sh.cols), gaussian(r, sh.cols), gaussian(r, sh.cols), gaussian(r, sh.rows)
+				qt, m := uploadQuantized(t, d, f, w, sh.rows, sh.cols)
+				xb, gb := up(t, d, x, m.blocks()*32), up(t, d, g, m.blocks()*32)
+				tq2 := f == quantize.TQ2
+				in := normRef(f64(x), g, 0)
+				if tq2 {
+					in = int8Ref(in)
+				}
+				half := sh.rows / 2
+				for _, act := range []GLU{SwiGLU, ReLU2GLU} {
+					for _, k := range []struct{ mode, grid int }{{0, 0}, {matvecS4W4, 3}, {matvecS1W16, 1}, {matvecS1W16, 2}, {matvecS2W16, 2}} {
+						if k.mode != 0 && !gatedKernel(f, k.mode) {
+							continue
+						}
+						o := matvecOpts{act: -1, norm: gb, eps: 1e-5, int8: tq2, gated: true, outAct: act}
+						var ok bool
+						d.do(func() error {
+							d.matvecMode, d.matvecGrid = k.mode, k.grid
+							ok = d.canFuse(m, o)
+							return nil
+						})
+						yb := up(t, d, y0, 0)
+						if ok {
+							run(t, d, func() error { return d.matvecWith(m, xb, yb, o) })
+						}
+						d.do(func() error { d.matvecMode, d.matvecGrid = 0, 0; return nil })
+						if !ok && k.mode == 0 {
+							continue // the shape's own kernel has no gated output
+						}
+						if !ok {
+							t.Fatalf("kernel %d: the gated output refused", k.mode)
+						}
+						ref := make([]float64, half)
+						for i := range ref {
+							gv, uv := qt.DotRef(i, in), qt.DotRef(half+i, in)
+							if act == SwiGLU {
+								ref[i] = gv / (1 + math.Exp(-gv)) * uv
+							} else {
+								ref[i] = math.Max(gv, 0) * math.Max(gv, 0) * uv
+							}
+						}
+						tol := 2e-5
+						switch f {
+						case quantize.Q4:
+							tol = 3e-4 // x rounded to int16 (see TestMatVec)
+						case quantize.TQ2:
+							tol = 1e-3 // a float32 sum may round an int8 code the other way
+						}
+						got := down[float32](t, d, yb, sh.rows)
+						name := fmt.Sprintf("act %d, kernel %d grid %d", act, k.mode, k.grid)
+						check(t, name, ref, got[:half], tol)
+						for i := half; i < sh.rows; i++ {
+							if got[i] != y0[i] {
+								t.Fatalf("%s: y[%d] = %v written past the outputs (was %v)", name, i, got[i], y0[i])
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
 // int8Ref rounds x as BitNet's activations are: int8 by the absmax, back
 // to floats.
 func int8Ref(x []float64) []float64 {

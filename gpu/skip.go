@@ -3,6 +3,8 @@ package gpu
 import (
 	"os"
 	"strings"
+
+	"lowbit/model"
 )
 
 // skipEnv names decode kernels to leave out of a step (comma-separated:
@@ -26,11 +28,16 @@ func skipSet() map[string]bool {
 // (the head has the vocabulary's rows, 32,000 or more in the shapes
 // profiled) and its place among the step's normed products (q/k/v and
 // gate/up alternate).
-func (b *Backend) productRole(m *Matrix, act, add bool) string {
+func (b *Backend) productRole(m *Matrix, f model.Fusion) string {
+	afterGated := b.gatedLast
+	b.gatedLast = f.OutAct != ""
 	switch {
-	case act:
+	case f.OutAct != "":
+		b.normed++
+		return "gateup"
+	case f.Act != "" || f.Add && afterGated:
 		return "down"
-	case add:
+	case f.Add:
 		return "o"
 	case m.Rows >= 32000:
 		return "head"

@@ -190,6 +190,11 @@ type Fusion struct {
 	PlusOne bool
 	// Add adds the product to dst (the residual add) instead of storing it.
 	Add bool
+	// OutAct, when set, takes w's rows as two halves, gate then up, and
+	// writes act(gate row i . x') * (up row i . x') into dst[i]: half as
+	// many values, the MLP's activation folded into the joined gate/up
+	// product so the down projection reads one vector.
+	OutAct string
 }
 
 // AddNormer is implemented by backends that fuse the residual add with the

@@ -475,10 +475,16 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 
 		// Gated MLP: norm, act(gate) * up, (BitNet: sub-norm), down,
 		// residual.
-		gate, up := s.gate, s.up
+		// With the activation folded into the joined product (OutAct),
+		// gate already holds act(gate) * up.
+		gate, up, gated := s.gate, s.up, false
 		if n == 1 && w.gateUp != nil && s.gateUp != nil {
-			normMatMul(w.ffnNorm, product{s.gateUp, w.gateUp})
 			gate, up = be.View(s.gateUp, 0, ffn), be.View(s.gateUp, ffn, ffn)
+			gf := normOf(w.ffnNorm, dim, c.NormPlusOne)
+			gf.OutAct = c.Activation
+			if gated = !pending && fused(gate, s.x, w.gateUp, gf); !gated {
+				normMatMul(w.ffnNorm, product{s.gateUp, w.gateUp})
+			}
 		} else {
 			normMatMul(w.ffnNorm, product{gate, w.gate}, product{up, w.up})
 		}
@@ -487,9 +493,13 @@ func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out
 			df = normOf(w.ffnSub, ffn, false)
 			df.Add = true
 		}
-		df.Act, df.Up = c.Activation, up
+		if !gated {
+			df.Act, df.Up = c.Activation, up
+		}
 		if !fused(s.x, gate, w.down, df) {
-			be.GLU(gate, gate, up, n*ffn, c.Activation)
+			if !gated {
+				be.GLU(gate, gate, up, n*ffn, c.Activation)
+			}
 			if c.SubNorms {
 				be.RMSNorm(gate, gate, w.ffnSub, n, ffn, eps, false)
 			}

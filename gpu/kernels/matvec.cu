@@ -1,7 +1,9 @@
 // matvec.cu: decode matrix-vector products y = W x, one kernel per weight
 // format, plus the activation quantizers (int8 absmax, binary signs).
 // Every kernel here waits for its predecessors with pdl_wait (pdl.cuh), so
-// each may be launched with programmatic dependent launch.
+// each may be launched with programmatic dependent launch; what they read
+// of other kernels' outputs (x, x2, int8 x and its scale, sign bits) goes
+// through plain pointers, never the read-only path (pdl.cuh says why).
 //
 // Layouts are ARCHITECTURE.md's. A block of the grid owns ROWS rows; its
 // threads stride over the row's 32-weight blocks, so the weight loads of a
@@ -127,7 +129,7 @@ __device__ __forceinline__ void block_reduce(float (&v)[ROWS], float (*red)[ROWS
 // ng: groups per row.
 template <int FMT, int NT>
 __device__ void matvec(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
-                       const __half* __restrict__ mins, float tscale, const float* __restrict__ x,
+                       const __half* __restrict__ mins, float tscale, const float* x,
                        float* __restrict__ y, int rows, int nb, int row_bytes, int gb, int ng) {
     __shared__ float red[NT / 32][ROWS];
     pdl_launch_dependents();
@@ -141,7 +143,7 @@ __device__ void matvec(const uint8_t* __restrict__ W, const __half* __restrict__
         const float4* xp = reinterpret_cast<const float4*>(x + 32 * b);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            float4 v = __ldg(xp + k);
+            const float4 v = ld_dep(xp + k);
             xv[4 * k] = v.x, xv[4 * k + 1] = v.y, xv[4 * k + 2] = v.z, xv[4 * k + 3] = v.w;
         }
         float xs = 0.f;
@@ -168,16 +170,6 @@ __device__ void matvec(const uint8_t* __restrict__ W, const __half* __restrict__
 #pragma unroll
         for (int r = 0; r < ROWS; r++)
             if (row0 + r < rows) y[row0 + r] = FMT == TQ2 ? acc[r] * tq2_scale(scales, row0 + r, tscale) : acc[r];
-}
-
-// load_x reads the 32 floats of x block b.
-__device__ __forceinline__ void load_x(const float* __restrict__ x, int b, float (&xv)[32]) {
-    const float4* xp = reinterpret_cast<const float4*>(x + 32 * b);
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-        float4 v = __ldg(xp + k);
-        xv[4 * k] = v.x, xv[4 * k + 1] = v.y, xv[4 * k + 2] = v.z, xv[4 * k + 3] = v.w;
-    }
 }
 
 // Chunk geometry of the fast kernel: a thread reads CHUNK_U4 16-byte words
@@ -250,7 +242,7 @@ __device__ __forceinline__ void stage_pre(stage_norm<V>& sn, const float* __rest
 // their own. (stage_x's way, every value of a thread read at once and
 // kept in registers, measured slower here: TinyLlama q4 decode -4%.)
 template <int FMT>
-__device__ void stage_q4(float4* xsh, const float* __restrict__ x, const float* __restrict__ x2, int act, int cols,
+__device__ void stage_q4(float4* xsh, const float* x, const float* x2, int act, int cols,
                          const float* __restrict__ nw, float eps, float w_add, int nb) {
     constexpr int CB = chunk_blocks<FMT>();
     const int nch = nb / CB, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
@@ -259,7 +251,7 @@ __device__ void stage_q4(float4* xsh, const float* __restrict__ x, const float* 
     if (nw != nullptr) {
         float ss = 0.f;
         for (int i = threadIdx.x; i < nb * 8; i += blockDim.x) {
-            const float4 v = reinterpret_cast<const float4*>(x)[i];
+            const float4 v = ld_dep(reinterpret_cast<const float4*>(x) + i);
             const int c = 4 * i;  // past cols: another row's values, not padding
             ss += (c < cols ? v.x * v.x : 0.f) + (c + 1 < cols ? v.y * v.y : 0.f) +
                   (c + 2 < cols ? v.z * v.z : 0.f) + (c + 3 < cols ? v.w * v.w : 0.f);
@@ -281,13 +273,13 @@ __device__ void stage_q4(float4* xsh, const float* __restrict__ x, const float* 
         if (in) {
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const float4 f = reinterpret_cast<const float4*>(x)[2 * i + h];
+                const float4 f = ld_dep(reinterpret_cast<const float4*>(x) + 2 * i + h);
                 v[4 * h] = f.x, v[4 * h + 1] = f.y, v[4 * h + 2] = f.z, v[4 * h + 3] = f.w;
             }
             if (act >= 0) {
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const float4 u = reinterpret_cast<const float4*>(x2)[2 * i + h];
+                    const float4 u = ld_dep(reinterpret_cast<const float4*>(x2) + 2 * i + h);
                     const float uu[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
                     for (int j = 0; j < 4; j++) v[4 * h + j] = glu_act(v[4 * h + j], uu[j], act);
@@ -347,7 +339,7 @@ __device__ void stage_q4(float4* xsh, const float* __restrict__ x, const float* 
 // weights (stage_pre). Ends with __syncthreads; every thread of the block
 // calls it.
 template <int FMT, int V>
-__device__ float stage_x(float4* xsh, const float* __restrict__ x, const float* __restrict__ x2, int act, int cols,
+__device__ float stage_x(float4* xsh, const float* x, const float* x2, int act, int cols,
                          const float* __restrict__ nw, const stage_norm<V>& sn, float eps, float w_add, bool i8,
                          int nb) {
     if (FMT == Q4 && !i8) {
@@ -378,8 +370,8 @@ __device__ float stage_x(float4* xsh, const float* __restrict__ x, const float* 
             const int i = i0 + (int)threadIdx.x + j * nt;
             xv[j] = uv[j] = make_float4(0.f, 0.f, 0.f, 0.f);
             if (i < n4) {
-                xv[j] = reinterpret_cast<const float4*>(x)[i];
-                if (act >= 0) uv[j] = reinterpret_cast<const float4*>(x2)[i];
+                xv[j] = ld_dep(reinterpret_cast<const float4*>(x) + i);
+                if (act >= 0) uv[j] = ld_dep(reinterpret_cast<const float4*>(x2) + i);
             }
         }
 #pragma unroll
@@ -477,13 +469,19 @@ __device__ float stage_x(float4* xsh, const float* __restrict__ x, const float* 
 // residual add after the product: each row is read and written by the
 // lane that computes it, and no block stages y). With qx (tq2 only) it
 // takes x as BitNet's int8 activations, after the gate and the norm (which
-// may then both be set).
-template <int FMT, int SROWS, int NW, int KS = 1>
+// may then both be set). With GO (KS = 1; the kernels named ..._g) the rows are two halves,
+// gate then up, and the kernel writes act(gate row i . x) * (up row i . x)
+// into y[i] (act = oact, act.cuh): the gated MLP's activation folded into the gate/up product,
+// so the down projection stages one vector, not two. A warp's rows are
+// then pairs (its first SROWS/2 gate rows, its last the up rows of the
+// same pairs), or, one row a warp, warp w and w + RW/2 hold a pair and
+// meet in shared memory.
+template <int FMT, int SROWS, int NW, int KS = 1, bool GO = false>
 __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
-                        const __half* __restrict__ mins, float tscale, const float* __restrict__ x,
+                        const __half* __restrict__ mins, float tscale, const float* x,
                         float* __restrict__ y, int rows, int nb, int row_bytes, int gb, int ng,
-                        const float* __restrict__ x2, int act, int cols, const float* __restrict__ nw,
-                        float eps, float w_add, int accum, int qx) {
+                        const float* x2, int act, int cols, const float* __restrict__ nw,
+                        float eps, float w_add, int accum, int qx, int oact) {
     constexpr int CB = chunk_blocks<FMT>(), U = chunk_u4<FMT>(), BW = 4 * U / CB;
     constexpr bool PF = U <= 2;
     constexpr bool SC = FMT == Q8 || FMT == Q4 || FMT == Q2 || FMT == Q1;
@@ -508,22 +506,38 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     const int nch = nb / CB;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % KS, rwarp = warp / KS;
     const int c0 = lane + 32 * part;  // the warp's first chunk of a row
-    const int groups = (rows + SROWS * RW - 1) / (SROWS * RW);
+    static_assert(!GO || KS == 1, "gated output takes whole rows");
+    // GO: outputs are pairs of rows, half as many as rows.
+    const int half = rows / 2, outs = GO ? half : rows;
+    const int groups = GO ? (half + SROWS * RW / 2 - 1) / (SROWS * RW / 2) : (rows + SROWS * RW - 1) / (SROWS * RW);
+    // first is the warp's first output of group grp (a row, or GO a pair);
+    // its row r has output first + k(r), and row_of is that row.
+    auto first = [&](int grp) {
+        if (!GO) return grp * SROWS * RW + rwarp * SROWS;
+        return SROWS == 1 ? grp * (RW / 2) + rwarp % (RW / 2) : grp * (SROWS * RW / 2) + rwarp * (SROWS / 2);
+    };
+    auto k_of = [&](int r) { return GO && SROWS > 1 ? r % (SROWS / 2) : r; };
+    auto row_of = [&](int f0, int r) {
+        const int o = min(f0 + k_of(r), outs - 1);
+        const bool up = GO && (SROWS == 1 ? rwarp >= RW / 2 : r >= SROWS / 2);
+        return up ? half + o : o;
+    };
     const uint8_t* wp[SROWS];
     size_t sb[SROWS];
     // setup points wp and sb at the rows of group grp; false when the warp
     // has none there.
     auto setup = [&](int grp) {
-        const int row0 = grp * SROWS * RW + rwarp * SROWS;
-        if (grp >= groups || row0 >= rows) return false;
+        const int f0 = first(grp);
+        if (grp >= groups || f0 >= outs) return false;
 #pragma unroll
         for (int r = 0; r < SROWS; r++) {
-            const int row = min(row0 + r, rows - 1);
+            const int row = row_of(f0, r);
             wp[r] = W + (size_t)row * row_bytes;
             sb[r] = (size_t)row * ng;
         }
         return true;
     };
+    __shared__ float gred[GO && SROWS == 1 ? NW / 2 : 1];  // GO, one row a warp: the up rows' sums
     uint32_t nxt[SROWS][4 * U];
     __half nsc[SROWS][CB], nmn[SROWS][CB];
     auto load_all = [&](int cc, uint32_t (&w)[SROWS][4 * U], __half (&sc)[SROWS][CB], __half (&mn)[SROWS][CB]) {
@@ -552,13 +566,15 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     const float ys = stage_x<FMT, V>(xsh, x, x2, act, cols, nw, sn, eps, w_add, I8, nb);
     for (; grp < groups; grp += gridDim.x) {
         if (grp != (int)blockIdx.x) have = setup(grp);
-        if (KS == 1 && !have) continue;
-        const int row0 = grp * SROWS * RW + rwarp * SROWS;
+        // (warps that meet in shared memory go on without rows to the barriers)
+        const bool meet = KS > 1 || (GO && SROWS == 1);
+        if (!meet && !have) continue;
+        const int f0 = first(grp);
         float acc[SROWS];
         int iacc[SROWS];  // I8: integer sums
 #pragma unroll
         for (int r = 0; r < SROWS; r++) acc[r] = 0.f, iacc[r] = 0;
-        int c = have ? c0 : nch;  // (KS > 1: a warp without rows still meets the barriers below)
+        int c = have ? c0 : nch;  // (meet: a warp without rows still meets the barriers below)
         if (PF && !loaded && c < nch) load_all(c, nxt, nsc, nmn);
         loaded = false;
         for (; c < nch; c += 32 * KS) {
@@ -680,14 +696,28 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
                     for (int r = 0; r < SROWS; r++) acc[r] += kred[warp + k][r], iacc[r] += kired[warp + k][r];
             __syncthreads();  // kred is the next rows'
         }
-        if (lane == 0 && part == 0 && have)
+        float v[SROWS];  // the rows' outputs
 #pragma unroll
-            for (int r = 0; r < SROWS; r++)
-                if (row0 + r < rows) {
-                    const float ts = FMT == TQ2 ? tq2_scale(scales, row0 + r, tscale) : 1.f;
-                    const float v = I8 ? (float)iacc[r] * ts * ys : (FMT == TQ2 ? acc[r] * ts : acc[r]) * ys;
-                    y[row0 + r] = accum ? y[row0 + r] + v : v;
-                }
+        for (int r = 0; r < SROWS; r++) {
+            const float ts = FMT == TQ2 ? tq2_scale(scales, row_of(f0, r), tscale) : 1.f;
+            v[r] = I8 ? (float)iacc[r] * ts * ys : (FMT == TQ2 ? acc[r] * ts : acc[r]) * ys;
+        }
+        if (!GO) {
+            if (lane == 0 && part == 0 && have)
+#pragma unroll
+                for (int r = 0; r < SROWS; r++)
+                    if (f0 + r < rows) y[f0 + r] = accum ? y[f0 + r] + v[r] : v[r];
+        } else if (SROWS > 1) {
+            if (lane == 0 && have)
+#pragma unroll
+                for (int r = 0; r < SROWS / 2; r++)
+                    if (f0 + r < half) y[f0 + r] = glu_act(v[r], v[r + SROWS / 2], oact);
+        } else {
+            if (lane == 0 && rwarp >= RW / 2) gred[rwarp - RW / 2] = v[0];
+            __syncthreads();
+            if (lane == 0 && rwarp < RW / 2 && have) y[f0] = glu_act(v[0], gred[rwarp], oact);
+            __syncthreads();  // gred is the next pairs'
+        }
     }
 }
 
@@ -703,9 +733,9 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
         matvec_##fmt##_s##R##w##W(const uint8_t* W_, const __half* scales, const __half* mins, float tscale,  \
                                   const float* x, float* y, int rows, int nb, int row_bytes, int gb, int ng,  \
                                   const float* x2, int act, int cols, const float* nw, float eps,             \
-                                  float w_add, int accum, int qx) {                                           \
+                                  float w_add, int accum, int qx, int oact) {                                 \
         matvecs<FMT, R, W>(W_, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng, x2, act, cols, nw, eps, \
-                           w_add, accum, qx);                                                                 \
+                           w_add, accum, qx, oact);                                                           \
     }
 // matvec_<fmt>_s1w<W>k2: one row for each two warps (long rows).
 #define MATVECK2(fmt, FMT, W)                                                                                 \
@@ -713,9 +743,19 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
         matvec_##fmt##_s1w##W##k2(const uint8_t* W_, const __half* scales, const __half* mins, float tscale,  \
                                   const float* x, float* y, int rows, int nb, int row_bytes, int gb, int ng,  \
                                   const float* x2, int act, int cols, const float* nw, float eps,             \
-                                  float w_add, int accum, int qx) {                                           \
+                                  float w_add, int accum, int qx, int oact) {                                 \
         matvecs<FMT, 1, W, 2>(W_, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng, x2, act, cols, nw, \
-                              eps, w_add, accum, qx);                                                         \
+                              eps, w_add, accum, qx, oact);                                                   \
+    }
+// matvec_<fmt>_s<R>w<W>g: the gated output (GO above).
+#define MATVECG(fmt, FMT, R, W)                                                                               \
+    extern "C" __global__ void __launch_bounds__(32 * W)                                                      \
+        matvec_##fmt##_s##R##w##W##g(const uint8_t* W_, const __half* scales, const __half* mins, float tscale, \
+                                     const float* x, float* y, int rows, int nb, int row_bytes, int gb, int ng, \
+                                     const float* x2, int act, int cols, const float* nw, float eps,          \
+                                     float w_add, int accum, int qx, int oact) {                              \
+        matvecs<FMT, R, W, 1, true>(W_, scales, mins, tscale, x, y, rows, nb, row_bytes, gb, ng, x2, act, cols, \
+                                    nw, eps, w_add, accum, qx, oact);                                        \
     }
 #define MATVEC_ALL(fmt, FMT)                                                                                  \
     MATVEC(matvec_##fmt##_32, FMT, 32) MATVEC(matvec_##fmt##_64, FMT, 64) MATVEC(matvec_##fmt##_128, FMT, 128) \
@@ -729,12 +769,19 @@ MATVEC_ALL(q4, Q4)
 MATVEC_ALL(q2, Q2)
 MATVEC_ALL(q1, Q1)
 MATVEC_ALL(tq2, TQ2)
+// The gate/up products' kernels (matvecKernel in Go) with the gated output;
+// Llama-2-7B's q4 gate/up (one row a warp, 32 warps) takes two rows a warp
+// and 16 warps instead, its pairs within a warp: with one row a warp the
+// barrier each row group needs cost 8% of its decode.
+MATVECG(q8, Q8, 4, 4) MATVECG(q8, Q8, 1, 16)
+MATVECG(q4, Q4, 4, 4) MATVECG(q4, Q4, 1, 16) MATVECG(q4, Q4, 2, 16)
+MATVECG(tq2, TQ2, 4, 4) MATVECG(tq2, TQ2, 1, 16)
 
 // quantize_i8 quantizes x[0..n) to int8 by absmax, as BitNet does: one
 // block of 1024 threads per vector; block b reads x + b*n and writes
 // q + b*q_stride and scale_out[b] (several tokens in one launch). scale_out[0] = max(amax, 1e-5)/127 expressed as
 // 1/(127/amax), q = clip(rint(x*127/amax), -128, 127) (round half to even).
-extern "C" __global__ void __launch_bounds__(1024) quantize_i8(const float* __restrict__ x, int n,
+extern "C" __global__ void __launch_bounds__(1024) quantize_i8(const float* x, int n,
                                                                int8_t* __restrict__ q, float* __restrict__ scale_out,
                                                                int q_stride) {
     __shared__ float red[32];
@@ -744,7 +791,7 @@ extern "C" __global__ void __launch_bounds__(1024) quantize_i8(const float* __re
     q += (size_t)blockIdx.x * q_stride;
     scale_out += blockIdx.x;
     float m = 0.f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, fabsf(x[i]));
+    for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, fabsf(ld_dep(x + i)));
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
     __syncthreads();
@@ -756,7 +803,7 @@ extern "C" __global__ void __launch_bounds__(1024) quantize_i8(const float* __re
     __syncthreads();
     const float s = __fdiv_rn(127.f, fmaxf(red[0], 1e-5f));
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = rintf(__fmul_rn(x[i], s));
+        float v = rintf(__fmul_rn(ld_dep(x + i), s));
         q[i] = (int8_t)fminf(fmaxf(v, -128.f), 127.f);
     }
     if (threadIdx.x == 0) scale_out[0] = __fdiv_rn(1.f, s);
@@ -768,7 +815,7 @@ extern "C" __global__ void __launch_bounds__(1024) quantize_i8(const float* __re
 // previous token's (q rows of nb*32 bytes). tq2 codes are t+1, so sum(t*x) = dp4a(code, x) - sum(x).
 template <int FMT, int NT>
 __device__ void matvec_i8(const uint8_t* __restrict__ W, const __half* __restrict__ scales, float tscale,
-                          const int8_t* __restrict__ q, const float* __restrict__ xscale, float* __restrict__ y,
+                          const int8_t* q, const float* xscale, float* __restrict__ y,
                           int rows, int nb, int row_bytes, int gb, int ng) {
     __shared__ float red[NT / 32][ROWS];
     pdl_launch_dependents();
@@ -780,7 +827,7 @@ __device__ void matvec_i8(const uint8_t* __restrict__ W, const __half* __restric
     for (int r = 0; r < ROWS; r++) acc[r] = 0.f, iacc[r] = 0;
     for (int b = threadIdx.x; b < nb; b += NT) {
         const uint4* qp = reinterpret_cast<const uint4*>(q + 32 * b);
-        uint4 q0 = __ldg(qp), q1 = __ldg(qp + 1);
+        const uint4 q0 = ld_dep(qp), q1 = ld_dep(qp + 1);
         int xw[8] = {(int)q0.x, (int)q0.y, (int)q0.z, (int)q0.w, (int)q1.x, (int)q1.y, (int)q1.z, (int)q1.w};
         int xs = 0;
         if (FMT == TQ2) {
@@ -814,11 +861,12 @@ __device__ void matvec_i8(const uint8_t* __restrict__ W, const __half* __restric
 #pragma unroll
         for (int r = 0; r < ROWS; r++) acc[r] = (float)iacc[r];
     block_reduce<NT>(acc, red);
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
+        const float xs = ld_dep(xscale);
 #pragma unroll
         for (int r = 0; r < ROWS; r++)
-            if (row0 + r < rows)
-                y[row0 + r] = FMT == TQ2 ? acc[r] * tq2_scale(scales, row0 + r, tscale) * xscale[0] : acc[r] * xscale[0];
+            if (row0 + r < rows) y[row0 + r] = FMT == TQ2 ? acc[r] * tq2_scale(scales, row0 + r, tscale) * xs : acc[r] * xs;
+    }
 }
 
 #define MATVEC_I8(name, FMT, NT)                                                                             \
@@ -838,7 +886,7 @@ MATVEC_I8(matvec_q8_i8_128, Q8, 128)
 // binarize writes the sign bits of x (bit i of word i/32 set when
 // x[i] >= 0; zero past n) and per group the mean |x|. One warp per group,
 // grid = groups; gs is the group size (a multiple of 32).
-extern "C" __global__ void binarize(const float* __restrict__ x, int n, int gs, uint32_t* __restrict__ bits,
+extern "C" __global__ void binarize(const float* x, int n, int gs, uint32_t* __restrict__ bits,
                                     float* __restrict__ beta) {
     pdl_launch_dependents();
     pdl_wait();
@@ -846,7 +894,7 @@ extern "C" __global__ void binarize(const float* __restrict__ x, int n, int gs, 
     float s = 0.f;
     for (int i0 = g * gs; i0 < (g + 1) * gs; i0 += 32) {
         int i = i0 + lane;
-        float v = i < n ? x[i] : -1.f;
+        float v = i < n ? ld_dep(x + i) : -1.f;
         uint32_t m = __ballot_sync(0xffffffffu, i < n && v >= 0.f);
         if (lane == 0) bits[i0 / 32] = m;
         if (i < n) s += fabsf(v);
@@ -859,7 +907,7 @@ extern "C" __global__ void binarize(const float* __restrict__ x, int n, int gs, 
 // per 32-weight block d*beta*(valid - 2*popc(w ^ x)).
 template <int NT>
 __device__ void matvec_q1_bin(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
-                              const uint32_t* __restrict__ xb, const float* __restrict__ beta,
+                              const uint32_t* xb, const float* beta,
                               float* __restrict__ y, int rows, int cols, int nb, int row_bytes, int gb, int ng) {
     __shared__ float red[NT / 32][ROWS];
     pdl_launch_dependents();
@@ -869,9 +917,9 @@ __device__ void matvec_q1_bin(const uint8_t* __restrict__ W, const __half* __res
 #pragma unroll
     for (int r = 0; r < ROWS; r++) acc[r] = 0.f;
     for (int b = threadIdx.x; b < nb; b += NT) {
-        const uint32_t x = __ldg(xb + b);
+        const uint32_t x = ld_dep(xb + b);
         const int g = b / gb;
-        const float bt = __ldg(beta + g);
+        const float bt = ld_dep(beta + g);
         const int valid = min(32, cols - 32 * b);
 #pragma unroll
         for (int r = 0; r < ROWS; r++) {

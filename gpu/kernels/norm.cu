@@ -35,7 +35,7 @@ __device__ __forceinline__ float4 scale4(float4 a, float q, float4 g, float w_ad
 // norm_row writes y = x / sqrt(mean(x^2) + eps) * (w + w_add) for one row
 // of n (a multiple of 4, buffers 16-byte aligned); with r, x += r first
 // (x is updated in place).
-__device__ __forceinline__ void norm_row(float* __restrict__ x, const float* __restrict__ r,
+__device__ __forceinline__ void norm_row(float* x, const float* r,
                                          const float* __restrict__ w, float* __restrict__ y, int n, float eps,
                                          float w_add) {
     __shared__ float red[32];
@@ -47,7 +47,7 @@ __device__ __forceinline__ void norm_row(float* __restrict__ x, const float* __r
 #pragma unroll
     for (int k = 0; k < NV; k++) {
         const int i = t + k * nt;
-        if (i < n4) v[k] = r ? add4(x4[i], r4[i]) : x4[i];
+        if (i < n4) v[k] = r ? add4(ld_dep(x4 + i), ld_dep(r4 + i)) : ld_dep(x4 + i);
     }
 #pragma unroll
     for (int k = 0; k < NV; k++) {
@@ -58,7 +58,7 @@ __device__ __forceinline__ void norm_row(float* __restrict__ x, const float* __r
         }
     }
     for (int i = t + NV * nt; i < n4; i += nt) {  // rows longer than NV*4*blockDim
-        const float4 a = r ? add4(x4[i], r4[i]) : x4[i];
+        const float4 a = r ? add4(ld_dep(x4 + i), ld_dep(r4 + i)) : ld_dep(x4 + i);
         if (r) x4[i] = a;
         s += sq4(a);
     }
@@ -70,22 +70,22 @@ __device__ __forceinline__ void norm_row(float* __restrict__ x, const float* __r
         const int i = t + k * nt;
         if (i < n4) y4[i] = scale4(v[k], q, w4[i], w_add);
     }
-    for (int i = t + NV * nt; i < n4; i += nt) y4[i] = scale4(x4[i], q, w4[i], w_add);
+    for (int i = t + NV * nt; i < n4; i += nt) y4[i] = scale4(ld_dep(x4 + i), q, w4[i], w_add);
 }
 
 // norm_row_scalar is norm_row for rows whose length is not a multiple of 4
 // or whose buffers are not 16-byte aligned.
-__device__ void norm_row_scalar(float* __restrict__ x, const float* __restrict__ r, const float* __restrict__ w,
+__device__ void norm_row_scalar(float* x, const float* r, const float* __restrict__ w,
                                 float* __restrict__ y, int n, float eps, float w_add) {
     __shared__ float red[32];
     float s = 0.f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float a = r ? x[i] + r[i] : x[i];
+        const float a = r ? ld_dep(x + i) + ld_dep(r + i) : ld_dep(x + i);
         if (r) x[i] = a;
         s += a * a;
     }
     const float q = rsqrtf(row_sum(s, red) / (float)n + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] * q * (w[i] + w_add);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = ld_dep(x + i) * q * (w[i] + w_add);
 }
 
 // norm picks norm_row or norm_row_scalar.
@@ -103,7 +103,7 @@ __device__ __forceinline__ void norm(float* x, const float* r, const float* w, f
 // rmsnorm: one block per row of n;
 // y = x / sqrt(mean(x^2) + eps) * (w + w_add) (w_add is 1 for Gemma, whose
 // norm weights are stored minus one).
-extern "C" __global__ void __launch_bounds__(1024) rmsnorm(const float* __restrict__ x, const float* __restrict__ w,
+extern "C" __global__ void __launch_bounds__(1024) rmsnorm(const float* x, const float* __restrict__ w,
                                                            float* __restrict__ y, int n, float eps, float w_add) {
     const size_t off = (size_t)blockIdx.x * n;
     norm(const_cast<float*>(x) + off, nullptr, w, y + off, n, eps, w_add);
@@ -112,7 +112,7 @@ extern "C" __global__ void __launch_bounds__(1024) rmsnorm(const float* __restri
 // add_rmsnorm: the residual add and the RMSNorm after it in one pass, one
 // block per row of n: x += r, then
 // y = x / sqrt(mean(x^2) + eps) * (w + w_add).
-extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm(float* __restrict__ x, const float* __restrict__ r,
+extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm(float* __restrict__ x, const float* r,
                                                                const float* __restrict__ w, float* __restrict__ y,
                                                                int n, float eps, float w_add) {
     const size_t off = (size_t)blockIdx.x * n;
@@ -128,7 +128,7 @@ __device__ __forceinline__ bool better(float v, int i, float bv, int bi) { retur
 // and pos[0] the next position. One block of 1024 threads; each thread
 // loads AU float4s at once.
 #define AU 8
-extern "C" __global__ void __launch_bounds__(1024) argmax(const float* __restrict__ x, int n, int* __restrict__ out,
+extern "C" __global__ void __launch_bounds__(1024) argmax(const float* x, int n, int* __restrict__ out,
                                                           int* __restrict__ tok, int* __restrict__ pos) {
     __shared__ float bv[32];
     __shared__ int bi[32];
@@ -140,14 +140,14 @@ extern "C" __global__ void __launch_bounds__(1024) argmax(const float* __restric
     // x may start mid-float4 (a token's logits inside a larger buffer):
     // the first head elements are read one by one.
     const int head = min(n, (int)(((16 - ((uintptr_t)x & 15)) & 15) >> 2));
-    if (t < head && x[t] > v) v = x[t], idx = t;
+    if (t < head && ld_dep(x + t) > v) v = ld_dep(x + t), idx = t;
     const int n4 = (n - head) >> 2;
     const float4* x4 = reinterpret_cast<const float4*>(x + head);
     for (int i0 = t; i0 < n4; i0 += AU * nt) {
         float4 a[AU];
 #pragma unroll
         for (int k = 0; k < AU; k++)
-            if (i0 + k * nt < n4) a[k] = x4[i0 + k * nt];
+            if (i0 + k * nt < n4) a[k] = ld_dep(x4 + i0 + k * nt);
 #pragma unroll
         for (int k = 0; k < AU; k++) {
             const int i = head + 4 * (i0 + k * nt);
@@ -160,7 +160,7 @@ extern "C" __global__ void __launch_bounds__(1024) argmax(const float* __restric
         }
     }
     for (int i = head + 4 * n4 + t; i < n; i += nt)  // the tail past whole float4s
-        if (x[i] > v) v = x[i], idx = i;
+        if (ld_dep(x + i) > v) v = ld_dep(x + i), idx = i;
     for (int o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, v, o);
         const int oi = __shfl_xor_sync(0xffffffffu, idx, o);

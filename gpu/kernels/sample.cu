@@ -28,7 +28,7 @@ __device__ __forceinline__ bool before(float va, int ia, float vb, int ib) {
 // topk writes the k (at most POOL) largest of x[0..n) to val/idx in order,
 // stats[0] = exact (1 or 0) and sum[0] = sum of exp((x - max)/temp)
 // (temp > 0; NaN logits count for nothing, as the host skips them).
-extern "C" __global__ void __launch_bounds__(NT) topk(const float* __restrict__ x, int n, int k, float temp,
+extern "C" __global__ void __launch_bounds__(NT) topk(const float* x, int n, int k, float temp,
                                                       float* __restrict__ val, int* __restrict__ idx,
                                                       int* __restrict__ stats, double* __restrict__ sum) {
     extern __shared__ float sh[];
@@ -46,7 +46,7 @@ extern "C" __global__ void __launch_bounds__(NT) topk(const float* __restrict__ 
     for (int j = 0; j < LT; j++) v[j] = -INFINITY, ix[j] = 0x7fffffff;
     int seen = 0;  // values this thread looked at (not NaN)
     for (int i = t; i < n; i += NT) {
-        const float a = x[i];
+        const float a = ld_dep(x + i);
         if (a != a) continue;  // NaN
         seen++;
         if (!before(a, i, v[LT - 1], ix[LT - 1])) continue;
@@ -100,7 +100,7 @@ extern "C" __global__ void __launch_bounds__(NT) topk(const float* __restrict__ 
     // the softmax's denominator, in double
     double s = 0.0;
     for (int i = t; i < n; i += NT) {
-        const float a = x[i];
+        const float a = ld_dep(x + i);
         if (a != a) continue;
         s += (double)(float)exp((double)__fdiv_rn(__fsub_rn(a, m), temp));
     }
