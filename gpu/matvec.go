@@ -182,8 +182,8 @@ func (d *Device) matvec(m *Matrix, x, y Buffer) error {
 // and the norm, which may then both be set. gated takes m's rows as two
 // halves, gate then up, and writes outAct(gate row i x) * (up row i x)
 // into y[i], Rows/2 values: the MLP's activation folded into the gate/up
-// product, so the down projection reads one vector (q4, q8 and tq2 on
-// the kernels gate/up products take, gatedKernel).
+// product, so the down projection reads one vector (q4, q8 and tq2, on
+// the kernels gatedKernel lists).
 type matvecOpts struct {
 	x2        Buffer
 	act       int
