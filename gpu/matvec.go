@@ -210,11 +210,30 @@ func gatedKernel(f quantize.Format, mode int) bool {
 	switch f {
 	case quantize.Q4:
 		return mode == matvecS4W4 || mode == matvecS1W16 || mode == matvecS2W16
-	case quantize.Q8, quantize.TQ2:
+	case quantize.Q8:
 		return mode == matvecS4W4 || mode == matvecS1W16
+	case quantize.TQ2:
+		return mode == matvecS4W4 || mode == matvecS1W16 || mode == matvecFlat
 	}
 	return false
 }
+
+// flatChunks is NCH of the matvec_tq2_flat kernel m's rows take (rows of
+// NCH 16-byte chunks, 64*NCH weights), or 0 where none is built for their
+// length.
+func flatChunks(m *Matrix) int {
+	if m.Format != quantize.TQ2 || m.blocks()%2 != 0 {
+		return 0
+	}
+	switch nch := m.blocks() / 2; nch {
+	case 32, 40, 48, 64:
+		return nch
+	}
+	return 0
+}
+
+// flatRows is the rows a warp of matvec_tq2_flat takes (MATVEC_FLAT).
+const flatRows = 4
 
 // canFuse says whether m's product can take o's fused steps: it needs one
 // of the shared-memory kernels, and both a gate and a norm only with int8
@@ -241,6 +260,12 @@ func (d *Device) kernelFor(m *Matrix, o matvecOpts) int {
 		if o.gated && mode == matvecS1W32 {
 			mode = matvecS2W16 // a gated output's pairs within a warp (gatedKernel)
 		}
+		if o.int8 && flatChunks(m) > 0 {
+			mode = matvecFlat
+		}
+	}
+	if mode == matvecFlat && (!o.int8 || flatChunks(m) == 0) {
+		return matvecPlain
 	}
 	if mode != matvecPlain && m.rowBytes%16 == 0 && m.blocks()%chunkBlocks(m.Format) == 0 && stagedBytes(m, o) <= d.maxShared {
 		return mode
@@ -275,6 +300,20 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 		}
 		nt := threadsFor(nb)
 		return d.launchPDL(fmt.Sprintf("matvec_%s_%d", m.Format, nt), grid1((m.Rows+3)/4), grid1(nt), 0, args...)
+	case matvecFlat:
+		name, outs, perWarp := fmt.Sprintf("matvec_tq2_flat%d", flatChunks(m)), m.Rows, flatRows // rows, or pairs
+		if o.gated {
+			name, outs, perWarp = name+"g", m.Rows/2, perWarp/2
+		}
+		shared := stagedBytes(m, o)
+		if err := d.allowShared(name, shared); err != nil {
+			return err
+		}
+		warps := (outs + perWarp - 1) / perWarp
+		return d.launchPDL(name, grid1((warps+flatWarps-1)/flatWarps), grid1(32*flatWarps), shared,
+			argBuf(m.data), m.scalesArg(), argF32(m.scale), argBuf(x), argBuf(y), argInt(m.Rows), argInt(nb),
+			argInt(m.rowBytes), argBuf(o.x2), argInt(o.act), argInt(m.Cols), argBuf(o.norm), argF32(o.eps),
+			argF32(o.wAdd), argBool(o.accum), argInt(int(o.outAct)))
 	default:
 		shared := stagedBytes(m, o)
 		split, rows, warps := max(mode/10000, 1), mode/100%100, mode%100
@@ -308,10 +347,13 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 }
 
 // Matrix-vector kernels (Device.matvecMode, matvecKernel): the plain one,
-// or a shared-memory one given as warps a row * 10000 (when more than
-// one) + rows a warp * 100 + warps a block.
+// tq2's flat one (int8 x, short rows: every chunk of a warp's 4 rows
+// requested before the wait; matvec_flat in matvec.cu), or a
+// shared-memory one given as warps a row * 10000 (when more than one) +
+// rows a warp * 100 + warps a block.
 const (
 	matvecPlain   = 1
+	matvecFlat    = 2
 	matvecS4W4    = 404
 	matvecS2W4    = 204
 	matvecS2W8    = 208
@@ -322,6 +364,9 @@ const (
 	matvecS1W16K2 = 20116
 	matvecS1W32K2 = 20132
 )
+
+// flatWarps is matvec_tq2_flat's warps a block (MATVEC_FLAT in matvec.cu).
+const flatWarps = 8
 
 // matvecKernels lists the shared-memory kernels built in matvec.cu.
 var matvecKernels = []int{matvecS4W4, matvecS2W4, matvecS2W8, matvecS1W8, matvecS1W16, matvecS1W32, matvecS1W16K2, matvecS1W32K2}

@@ -331,7 +331,7 @@ func rotate(x []float32, hd, p int, inv []float32) {
 func TestMatVecFused(t *testing.T) {
 	d := openOrSkip(t)
 	r := rand.New(rand.NewPCG(33, 34))
-	for _, sh := range []struct{ rows, cols int }{{96, 48}, {64, 80}, {64, 128}, {2560, 2048}} {
+	for _, sh := range []struct{ rows, cols int }{{96, 48}, {64, 80}, {64, 128}, {2560, 2048}, {100, 2560}} {
 		for _, f := range []quantize.Format{quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1, quantize.TQ2} {
 			t.Run(fmt.Sprintf("%s/%dx%d", f, sh.rows, sh.cols), func(t *testing.T) {
 				w, x, u := gaussian(r, sh.rows*sh.cols), gaussian(r, sh.cols), gaussian(r, sh.cols)
@@ -430,7 +430,7 @@ func TestMatVecFused(t *testing.T) {
 func TestMatVecGated(t *testing.T) {
 	d := openOrSkip(t)
 	r := rand.New(rand.NewPCG(35, 36))
-	for _, sh := range []struct{ rows, cols int }{{200, 128}, {1024, 256}, {8192, 4096}} {
+	for _, sh := range []struct{ rows, cols int }{{200, 128}, {1024, 256}, {264, 2560}, {8192, 4096}} {
 		for _, f := range []quantize.Format{quantize.Q8, quantize.Q4, quantize.TQ2} {
 			t.Run(fmt.Sprintf("%s/%dx%d", f, sh.rows, sh.cols), func(t *testing.T) {
 				w, x, g, y0 := gaussian(r, sh.rows*sh.cols), gaussian(r, sh.cols), gaussian(r, sh.cols), gaussian(r, sh.rows)

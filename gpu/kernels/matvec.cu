@@ -777,6 +777,111 @@ MATVECG(q8, Q8, 4, 4) MATVECG(q8, Q8, 1, 16)
 MATVECG(q4, Q4, 4, 4) MATVECG(q4, Q4, 1, 16) MATVECG(q4, Q4, 2, 16)
 MATVECG(tq2, TQ2, 4, 4) MATVECG(tq2, TQ2, 1, 16)
 
+// matvec_flat: tq2 products with int8 x (BitNet's short ternary rows, NCH
+// chunks of 16 bytes) without a loop over a row. A warp's SR rows are one
+// sequence of SR * NCH chunks, PER a lane (lane + 32 i), all of them
+// requested before the kernel waits for x: a product's whole share of the
+// weights is in flight while the kernel before ends and x is staged,
+// where the row loops leave a DRAM round trip after the wait each pass.
+// One warp a row group (no grid loop); fusions as matvecs (the gate and
+// norm staged, accum, GO: the warp's first SR/2 rows gate and the rest up
+// of SR/2 pairs).
+template <int NW, int SR, int NCH, bool GO>
+__device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restrict__ scales, float tscale,
+                            const float* x, float* __restrict__ y, int rows, int nb, int row_bytes,
+                            const float* x2, int act, int cols, const float* __restrict__ nw, float eps,
+                            float w_add, int accum, int oact) {
+    constexpr int PER = (SR * NCH + 31) / 32;
+    // V: x's float4s a thread holds at once (x is staged in rounds past 3).
+    constexpr int V = (NCH * 16 + 32 * NW - 1) / (32 * NW) < 3 ? (NCH * 16 + 32 * NW - 1) / (32 * NW) : 3;
+    extern __shared__ float4 xsh[];
+    pdl_launch_dependents();
+    const int lane = threadIdx.x & 31, grp = blockIdx.x * NW + (threadIdx.x >> 5);
+    const int half = rows / 2, outs = GO ? half : rows, per = GO ? SR / 2 : SR;  // per: outputs a warp
+    const int f0 = grp * per;
+    // row_of is the matrix row of the warp's row r (clamped; GO: pairs).
+    auto row_of = [&](int r) {
+        if (!GO) return min(f0 + r, rows - 1);
+        const int o = min(f0 + r % (SR / 2), half - 1);
+        return r < SR / 2 ? o : half + o;
+    };
+    uint4 w[PER];
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        const int j = lane + 32 * i, r = j / NCH, c = j % NCH;
+        if (j < SR * NCH) w[i] = ld16(W + (size_t)row_of(r) * row_bytes + (size_t)c * 16);
+    }
+    stage_norm<V> sn;
+    stage_pre<V>(sn, nw, w_add, nb);
+    pdl_wait();
+    const float ys = stage_x<TQ2, V>(xsh, x, x2, act, cols, nw, sn, eps, w_add, true, nb);
+    // codes are t+1: sum(t*q) = sum(code*q) - sum(q)
+    const uint4* xq = reinterpret_cast<const uint4*>(xsh);
+    int iacc[SR];
+#pragma unroll
+    for (int r = 0; r < SR; r++) iacc[r] = 0;
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        const int j = lane + 32 * i, r = j / NCH, c = j % NCH;
+        if (j >= SR * NCH) break;
+        int xw[16];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const uint4 v = xq[q * NCH + c];
+            xw[4 * q] = v.x, xw[4 * q + 1] = v.y, xw[4 * q + 2] = v.z, xw[4 * q + 3] = v.w;
+        }
+        int sd = 0;
+#pragma unroll
+        for (int k = 0; k < 16; k++) sd = __dp4a(-1, xw[k], sd);  // (-1: each byte -1)
+        const uint32_t u[4] = {w[i].x, w[i].y, w[i].z, w[i].w};
+#pragma unroll
+        for (int jj = 0; jj < 2; jj++)
+#pragma unroll
+            for (int k = 0; k < 2; k++)
+#pragma unroll
+                for (int sh = 0; sh < 4; sh++)
+                    sd = __dp4a((int)((u[2 * jj + k] >> (2 * sh)) & 0x03030303u), xw[8 * jj + 2 * sh + k], sd);
+#pragma unroll
+        for (int rr = 0; rr < SR; rr++) iacc[rr] += r == rr ? sd : 0;
+    }
+#pragma unroll
+    for (int r = 0; r < SR; r++)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) iacc[r] += __shfl_xor_sync(0xffffffffu, iacc[r], o);
+    if (lane != 0 || f0 >= outs) return;
+    float v[SR];
+#pragma unroll
+    for (int r = 0; r < SR; r++) v[r] = (float)iacc[r] * tq2_scale(scales, row_of(r), tscale) * ys;
+    if (GO) {
+#pragma unroll
+        for (int k = 0; k < SR / 2; k++)
+            if (f0 + k < half) y[f0 + k] = glu_act(v[k], v[k + SR / 2], oact);
+    } else {
+#pragma unroll
+        for (int r = 0; r < SR; r++)
+            if (f0 + r < rows) y[f0 + r] = accum ? y[f0 + r] + v[r] : v[r];
+    }
+}
+
+// matvec_tq2_flat<NCH>[g]: matvec_flat for rows of NCH chunks (64*NCH
+// weights: 2048 to 4096), four rows a warp, 8 warps a block, at most 64
+// registers (four blocks an SM: BitNet-2B decode 958 -> 991 tok/s against
+// the compiler's 86-90); g: the gated output. (BitNet's down projection,
+// rows of 6912, two rows a warp and x staged in three rounds, decoded
+// 798 tok/s against 915 with the split-K kernel it keeps.)
+#define MATVEC_FLAT(SR, NCH, GO, suffix)                                                                      \
+    extern "C" __global__ void __launch_bounds__(256, 4) matvec_tq2_flat##NCH##suffix(                        \
+        const uint8_t* W, const __half* scales, float tscale, const float* x, float* y, int rows, int nb,      \
+        int row_bytes, const float* x2, int act, int cols, const float* nw, float eps, float w_add, int accum, \
+        int oact) {                                                                                           \
+        matvec_flat<8, SR, NCH, GO>(W, scales, tscale, x, y, rows, nb, row_bytes, x2, act, cols, nw, eps,     \
+                                    w_add, accum, oact);                                                      \
+    }
+MATVEC_FLAT(4, 32, false, ) MATVEC_FLAT(4, 32, true, g)
+MATVEC_FLAT(4, 40, false, ) MATVEC_FLAT(4, 40, true, g)
+MATVEC_FLAT(4, 48, false, ) MATVEC_FLAT(4, 48, true, g)
+MATVEC_FLAT(4, 64, false, ) MATVEC_FLAT(4, 64, true, g)
+
 // quantize_i8 quantizes x[0..n) to int8 by absmax, as BitNet does: one
 // block of 1024 threads per vector; block b reads x + b*n and writes
 // q + b*q_stride and scale_out[b] (several tokens in one launch). scale_out[0] = max(amax, 1e-5)/127 expressed as
