@@ -250,9 +250,12 @@ func (d *Device) canFuse(m *Matrix, o matvecOpts) bool {
 }
 
 // kernelFor is the matvec kernel m's product with o runs: the one the
-// shape asks for (matvecKernel, or Device.matvecMode), or the plain one
-// where m's rows do not suit the shared-memory kernels: 16-byte aligned,
-// whole chunks, x fitting in shared memory (device thread).
+// shape asks for (matvecKernel, or Device.matvecMode; unless forced, tq2
+// with int8 x on rows of 2048-4096 weights takes the flat kernel, and a
+// gated output two rows a warp where the shape asks for one row and 32
+// warps), or the plain one where m's rows do not suit the shared-memory
+// kernels: 16-byte aligned, whole chunks, x fitting in shared memory
+// (device thread).
 func (d *Device) kernelFor(m *Matrix, o matvecOpts) int {
 	mode := d.matvecMode
 	if mode == 0 {
