@@ -226,14 +226,21 @@ func flatChunks(m *Matrix) int {
 		return 0
 	}
 	switch nch := m.blocks() / 2; nch {
-	case 32, 40, 48, 64:
+	case 32, 40, 48, 64, 108:
 		return nch
 	}
 	return 0
 }
 
-// flatRows is the rows a warp of matvec_tq2_flat takes (MATVEC_FLAT).
-const flatRows = 4
+// flatGeometry is the rows a warp and warps a block of
+// matvec_tq2_flat<nch> (MATVEC_FLAT; 108: one row a warp, 32 warps, no
+// gated output).
+func flatGeometry(nch int) (rows, warps int) {
+	if nch == 108 {
+		return 1, 32
+	}
+	return 4, 8
+}
 
 // canFuse says whether m's product can take o's fused steps: it needs one
 // of the shared-memory kernels, and both a gate and a norm only with int8
@@ -243,7 +250,8 @@ func (d *Device) canFuse(m *Matrix, o matvecOpts) bool {
 		return false
 	}
 	mode := d.kernelFor(m, o)
-	if o.gated && (d.gatedOff || m.Rows%2 != 0 || o.accum || !gatedKernel(m.Format, mode)) {
+	if o.gated && (d.gatedOff || m.Rows%2 != 0 || o.accum || !gatedKernel(m.Format, mode) ||
+		mode == matvecFlat && flatChunks(m) == 108) {
 		return false
 	}
 	return mode != matvecPlain
@@ -251,7 +259,7 @@ func (d *Device) canFuse(m *Matrix, o matvecOpts) bool {
 
 // kernelFor is the matvec kernel m's product with o runs: the one the
 // shape asks for (matvecKernel, or Device.matvecMode; unless forced, tq2
-// with int8 x on rows of 2048-4096 weights takes the flat kernel, and a
+// with int8 x on rows of 2048-4096 or 6912 weights takes the flat kernel, and a
 // gated output two rows a warp where the shape asks for one row and 32
 // warps), or the plain one where m's rows do not suit the shared-memory
 // kernels: 16-byte aligned, whole chunks, x fitting in shared memory
@@ -304,7 +312,9 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 		nt := threadsFor(nb)
 		return d.launchPDL(fmt.Sprintf("matvec_%s_%d", m.Format, nt), grid1((m.Rows+3)/4), grid1(nt), 0, args...)
 	case matvecFlat:
-		name, outs, perWarp := fmt.Sprintf("matvec_tq2_flat%d", flatChunks(m)), m.Rows, flatRows // rows, or pairs
+		nch := flatChunks(m)
+		perWarp, flatWarps := flatGeometry(nch) // rows a warp, or pairs
+		name, outs := fmt.Sprintf("matvec_tq2_flat%d", nch), m.Rows
 		if o.gated {
 			name, outs, perWarp = name+"g", m.Rows/2, perWarp/2
 		}
@@ -367,9 +377,6 @@ const (
 	matvecS1W16K2 = 20116
 	matvecS1W32K2 = 20132
 )
-
-// flatWarps is matvec_tq2_flat's warps a block (MATVEC_FLAT in matvec.cu).
-const flatWarps = 8
 
 // matvecKernels lists the shared-memory kernels built in matvec.cu.
 var matvecKernels = []int{matvecS4W4, matvecS2W4, matvecS2W8, matvecS1W8, matvecS1W16, matvecS1W32, matvecS1W16K2, matvecS1W32K2}

@@ -331,7 +331,7 @@ func rotate(x []float32, hd, p int, inv []float32) {
 func TestMatVecFused(t *testing.T) {
 	d := openOrSkip(t)
 	r := rand.New(rand.NewPCG(33, 34))
-	for _, sh := range []struct{ rows, cols int }{{96, 48}, {64, 80}, {64, 128}, {2560, 2048}, {100, 2560}} {
+	for _, sh := range []struct{ rows, cols int }{{96, 48}, {64, 80}, {64, 128}, {2560, 2048}, {100, 2560}, {66, 6912}} {
 		for _, f := range []quantize.Format{quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1, quantize.TQ2} {
 			t.Run(fmt.Sprintf("%s/%dx%d", f, sh.rows, sh.cols), func(t *testing.T) {
 				w, x, u := gaussian(r, sh.rows*sh.cols), gaussian(r, sh.cols), gaussian(r, sh.cols)

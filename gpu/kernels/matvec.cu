@@ -881,6 +881,14 @@ MATVEC_FLAT(4, 32, false, ) MATVEC_FLAT(4, 32, true, g)
 MATVEC_FLAT(4, 40, false, ) MATVEC_FLAT(4, 40, true, g)
 MATVEC_FLAT(4, 48, false, ) MATVEC_FLAT(4, 48, true, g)
 MATVEC_FLAT(4, 64, false, ) MATVEC_FLAT(4, 64, true, g)
+// matvec_tq2_flat108: rows of 6912 weights (BitNet's down projection), one
+// row a warp, 32 warps a block, so x is staged in one pass.
+extern "C" __global__ void __launch_bounds__(1024) matvec_tq2_flat108(
+    const uint8_t* W, const __half* scales, float tscale, const float* x, float* y, int rows, int nb, int row_bytes,
+    const float* x2, int act, int cols, const float* nw, float eps, float w_add, int accum, int oact) {
+    matvec_flat<32, 1, 108, false>(W, scales, tscale, x, y, rows, nb, row_bytes, x2, act, cols, nw, eps, w_add, accum,
+                                   oact);
+}
 
 // quantize_i8 quantizes x[0..n) to int8 by absmax, as BitNet does: one
 // block of 1024 threads per vector; block b reads x + b*n and writes
