@@ -866,9 +866,7 @@ __device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restr
 // matvec_tq2_flat<NCH>[g]: matvec_flat for rows of NCH chunks (64*NCH
 // weights: 2048 to 4096), four rows a warp, 8 warps a block, at most 64
 // registers (four blocks an SM: BitNet-2B decode 958 -> 991 tok/s against
-// the compiler's 86-90); g: the gated output. (BitNet's down projection,
-// rows of 6912, two rows a warp and x staged in three rounds, decoded
-// 798 tok/s against 915 with the split-K kernel it keeps.)
+// the compiler's 86-90); g: the gated output.
 #define MATVEC_FLAT(SR, NCH, GO, suffix)                                                                      \
     extern "C" __global__ void __launch_bounds__(256, 4) matvec_tq2_flat##NCH##suffix(                        \
         const uint8_t* W, const __half* scales, float tscale, const float* x, float* y, int rows, int nb,      \
@@ -882,7 +880,9 @@ MATVEC_FLAT(4, 40, false, ) MATVEC_FLAT(4, 40, true, g)
 MATVEC_FLAT(4, 48, false, ) MATVEC_FLAT(4, 48, true, g)
 MATVEC_FLAT(4, 64, false, ) MATVEC_FLAT(4, 64, true, g)
 // matvec_tq2_flat108: rows of 6912 weights (BitNet's down projection), one
-// row a warp, 32 warps a block, so x is staged in one pass.
+// row a warp, 32 warps a block, so x is staged in one pass (BitNet-2B
+// decode 992 -> 1,051 tok/s; with two rows a warp and 8 warps, x staged in
+// three rounds, 915 -> 798).
 extern "C" __global__ void __launch_bounds__(1024) matvec_tq2_flat108(
     const uint8_t* W, const __half* scales, float tscale, const float* x, float* y, int rows, int nb, int row_bytes,
     const float* x2, int act, int cols, const float* nw, float eps, float w_add, int accum, int oact) {
