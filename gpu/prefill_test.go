@@ -344,12 +344,7 @@ func TestMatVecFused(t *testing.T) {
 				gated := func(act GLU) []float64 {
 					in := make([]float64, sh.cols)
 					for i := range in {
-						v := float64(x[i])
-						if act == SwiGLU {
-							in[i] = v / (1 + math.Exp(-v)) * float64(u[i])
-						} else {
-							in[i] = math.Max(v, 0) * math.Max(v, 0) * float64(u[i])
-						}
+						in[i] = gluRef(act, float64(x[i]), float64(u[i]))
 					}
 					return in
 				}
@@ -404,14 +399,7 @@ func TestMatVecFused(t *testing.T) {
 								ref[i] += float64(y0[i])
 							}
 						}
-						tol := 2e-5
-						switch f {
-						case quantize.Q4:
-							tol = 3e-4 // x rounded to int16 (see TestMatVec)
-						case quantize.TQ2:
-							tol = 1e-3 // a float32 sum may round an int8 code the other way
-						}
-						check(t, fmt.Sprintf("%s, kernel %d grid %d", tc.name, k.mode, k.grid), ref, down[float32](t, d, yb, sh.rows), tol)
+						check(t, fmt.Sprintf("%s, kernel %d grid %d", tc.name, k.mode, k.grid), ref, down[float32](t, d, yb, sh.rows), fusedTol(f))
 					}
 				}
 				if ran == 0 {
@@ -467,23 +455,11 @@ func TestMatVecGated(t *testing.T) {
 						}
 						ref := make([]float64, half)
 						for i := range ref {
-							gv, uv := qt.DotRef(i, in), qt.DotRef(half+i, in)
-							if act == SwiGLU {
-								ref[i] = gv / (1 + math.Exp(-gv)) * uv
-							} else {
-								ref[i] = math.Max(gv, 0) * math.Max(gv, 0) * uv
-							}
-						}
-						tol := 2e-5
-						switch f {
-						case quantize.Q4:
-							tol = 3e-4 // x rounded to int16 (see TestMatVec)
-						case quantize.TQ2:
-							tol = 1e-3 // a float32 sum may round an int8 code the other way
+							ref[i] = gluRef(act, qt.DotRef(i, in), qt.DotRef(half+i, in))
 						}
 						got := down[float32](t, d, yb, sh.rows)
 						name := fmt.Sprintf("act %d, kernel %d grid %d", act, k.mode, k.grid)
-						check(t, name, ref, got[:half], tol)
+						check(t, name, ref, got[:half], fusedTol(f))
 						for i := half; i < sh.rows; i++ {
 							if got[i] != y0[i] {
 								t.Fatalf("%s: y[%d] = %v written past the outputs (was %v)", name, i, got[i], y0[i])
@@ -494,6 +470,26 @@ func TestMatVecGated(t *testing.T) {
 			})
 		}
 	}
+}
+
+// fusedTol is the relative L2 the fused products of format f are held to
+// against float64.
+func fusedTol(f quantize.Format) float64 {
+	switch f {
+	case quantize.Q4:
+		return 3e-4 // x rounded to int16 (see TestMatVec)
+	case quantize.TQ2:
+		return 1e-3 // a float32 sum may round an int8 code the other way
+	}
+	return 2e-5
+}
+
+// gluRef is act(g) * u in float64 for SwiGLU and ReLU^2.
+func gluRef(act GLU, g, u float64) float64 {
+	if act == SwiGLU {
+		return g / (1 + math.Exp(-g)) * u
+	}
+	return math.Max(g, 0) * math.Max(g, 0) * u
 }
 
 // int8Ref rounds x as BitNet's activations are: int8 by the absmax, back
