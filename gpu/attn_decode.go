@@ -4,22 +4,30 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 )
 
 // attnDecodeEnv set to "off" keeps decode on the general attention kernel
 // with a separate rotation (to compare).
 const attnDecodeEnv = "LOWBIT_ATTN_DECODE"
 
-// attnDecodeWarps is NW in kernels/attn_decode.cu.
-const attnDecodeWarps = 16
+// attnSliceEnv sets the positions a slice of decode attention takes
+// (attnSliceLen by default), to compare.
+const attnSliceEnv = "LOWBIT_ATTN_SLICE"
+
+// attnSliceLen is the positions a block of decode attention takes at most
+// before the sequence is split over more blocks (attnDecodeSlices).
+const attnSliceLen = 256
 
 // attnDecode is the split geometry of attn_decode for one cache and head
 // layout: S slices, and its scratch (partials and the per-kv-head
 // counters), allocated once so captured graphs keep valid pointers.
 type attnDecode struct {
 	name        string
+	threads     int // a block's: NW warps in kernels/attn_decode.cu, its launch bounds
 	split       int // blocks a kv head's query heads are spread over
 	slices      int
+	sliceLen    int // positions a slice takes at most
 	shared      int // bytes: each warp's weighted value sums
 	part, count Buffer
 }
@@ -38,13 +46,13 @@ func attnDecodeSplit(g, kvHeads int) int {
 }
 
 // attnDecodeSlices is how many slices a context of visible positions is
-// split into: one per 256 positions, at most 32 (the kernel uses as many
-// as the positions seen so far need). Up to 256 positions one
+// split into: one per sliceLen positions, at most 32 (the kernel uses as
+// many as the positions seen so far need). Up to sliceLen positions one
 // block per kv head does the whole sequence without a combining pass (a
 // block's 16 warps take 64 positions a round, each warp with a softmax
 // of its own).
-func attnDecodeSlices(visible int) int {
-	return min(max((visible+255)/256, 1), 32)
+func attnDecodeSlices(visible, sliceLen int) int {
+	return min(max((visible+sliceLen-1)/sliceLen, 1), 32)
 }
 
 // newAttnDecode plans attn_decode for heads/kvHeads heads of hd over a
@@ -70,15 +78,27 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 	if window > 0 {
 		visible = min(window, positions)
 	}
-	a := &attnDecode{name: fmt.Sprintf("attn_decode_%d_%d", hd, g2), split: split, slices: attnDecodeSlices(visible)}
-	a.shared = 4 * attnDecodeWarps * g * hd
+	sliceLen := attnSliceLen
+	if v := os.Getenv(attnSliceEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 16 {
+			return nil, fmt.Errorf("gpu: attention: %s=%q is not a number of positions of 16 or more", attnSliceEnv, v)
+		}
+		sliceLen = n
+	}
+	a := &attnDecode{name: fmt.Sprintf("attn_decode_%d_%d", hd, g2), split: split, sliceLen: sliceLen,
+		slices: attnDecodeSlices(visible, sliceLen)}
+	var err error
+	if a.threads, err = d.maxThreads(a.name); err != nil {
+		return nil, err
+	}
+	a.shared = 4 * a.threads / 32 * g * hd
 	if a.shared > d.maxShared {
 		return nil, fmt.Errorf("gpu: attention: %d bytes of shared memory needed, the device has %d", a.shared, d.maxShared)
 	}
 	if err := d.allowShared(a.name, a.shared); err != nil {
 		return nil, err
 	}
-	var err error
 	if a.part, err = d.pool.alloc(d, int64(4*heads*a.slices*(hd+2)), MemScratch); err != nil {
 		return nil, err
 	}
@@ -96,9 +116,9 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 // layer's caches, storing the step's k and v into them; ropeCS, when set
 // (a ropeTable), rotates q and k first (device thread).
 func (a *attnDecode) launch(d *Device, q, kcur, vcur, kc, vc, out Buffer, heads, kvHeads int, pos Buffer, scale float32, ropeCS Buffer, window int) error {
-	return d.launchPDL(a.name, grid2(kvHeads*a.split, a.slices), grid1(32*attnDecodeWarps), a.shared,
+	return d.launchPDL(a.name, grid2(kvHeads*a.split, a.slices), grid1(a.threads), a.shared,
 		argBuf(q), argBuf(kcur), argBuf(vcur), argBuf(kc), argBuf(vc), argBuf(out), argBuf(a.part), argBuf(a.count),
-		argInt(heads), argInt(kvHeads), argBuf(pos), argF32(scale), argBuf(ropeCS), argInt(window))
+		argInt(heads), argInt(kvHeads), argBuf(pos), argF32(scale), argBuf(ropeCS), argInt(window), argInt(a.sliceLen))
 }
 
 // ropeTable is cos and sin of every position's rotary angles, [positions]

@@ -11,7 +11,7 @@ import (
 
 // benchShapes are the decode products of TinyLlama-1.1B, Llama-2-7B and
 // BitNet-2B-4T as the backend runs them: q/k/v and gate/up fused, then
-// o, down and the head.
+// o, down and the head (BitNet-2B's at 8 bits).
 var benchShapes = []struct {
 	model      string
 	rows, cols int
@@ -19,7 +19,7 @@ var benchShapes = []struct {
 	{"tinyllama", 2560, 2048}, {"tinyllama", 2048, 2048}, {"tinyllama", 11264, 2048}, {"tinyllama", 2048, 5632},
 	{"tinyllama", 32000, 2048}, {"llama7b", 12288, 4096}, {"llama7b", 4096, 4096}, {"llama7b", 22016, 4096},
 	{"llama7b", 4096, 11008}, {"llama7b", 32000, 4096}, {"bitnet2b", 3840, 2560}, {"bitnet2b", 2560, 2560},
-	{"bitnet2b", 13824, 2560}, {"bitnet2b", 2560, 6912},
+	{"bitnet2b", 13824, 2560}, {"bitnet2b", 2560, 6912}, {"bitnet2b", 128256, 2560},
 }
 
 // randomTensor builds a tensor of format f with random packed codes and
@@ -83,8 +83,15 @@ func BenchmarkMatVec(b *testing.B) {
 	}
 	for _, sh := range benchShapes {
 		vs := variants
-		if sh.rows < 32000 {
+		switch {
+		case sh.rows < 32000:
 			vs = append(vs[:len(vs):len(vs)], sweep...)
+		case sh.model == "bitnet2b": // its 8-bit head: which kernel streams it fastest
+			for _, v := range sweep {
+				if v.f == quantize.Q8 {
+					vs = append(vs[:len(vs):len(vs)], v)
+				}
+			}
 		}
 		for _, v := range vs {
 			b.Run(fmt.Sprintf("%s-%dx%d/%s", sh.model, sh.rows, sh.cols, v.name), func(b *testing.B) {

@@ -60,6 +60,8 @@ type Device struct {
 	matvecMode int
 	// sharedSet records the dynamic shared memory each kernel may use.
 	sharedSet map[string]int
+	// threadsOf caches each kernel's largest block (maxThreads).
+	threadsOf map[string]int
 
 	// cuBLAS for prefill products, loaded on first use (blasTried), with
 	// the reason when it could not be; x16 and w16 are its fp16 scratch.
@@ -103,7 +105,7 @@ func Open(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, ordinal: ordinal, funcs: map[string]uintptr{}, sharedSet: map[string]int{},
+	d := &Device{drv: drv, ordinal: ordinal, funcs: map[string]uintptr{}, sharedSet: map[string]int{}, threadsOf: map[string]int{},
 		calls: make(chan func()), quit: make(chan struct{})}
 	started := make(chan error, 1)
 	go d.loop(started)

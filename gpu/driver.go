@@ -39,6 +39,7 @@ const (
 	attrMemoryClockKHz   = 36
 	attrMemoryBusWidth   = 37
 	funcAttrMaxDynShared = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+	funcAttrMaxThreads   = 0 // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
 )
 
 // driverSymbols lists every driver entry point used, by its exported name
@@ -54,7 +55,7 @@ var driverSymbols = [...]string{
 	"cuStreamBeginCapture_v2", "cuStreamEndCapture", "cuGraphInstantiateWithFlags",
 	"cuGraphLaunch", "cuGraphExecDestroy", "cuGraphDestroy", "cuGetErrorName", "cuGetErrorString",
 	"cuDriverGetVersion", "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-	"cuMemAllocHost_v2", "cuMemFreeHost", "cuMemcpyDtoHAsync_v2",
+	"cuMemAllocHost_v2", "cuMemFreeHost", "cuMemcpyDtoHAsync_v2", "cuFuncGetAttribute",
 }
 
 // optionalSymbols are entry points used when the driver has them
@@ -106,6 +107,7 @@ const (
 	fnMemAllocHost
 	fnMemFreeHost
 	fnMemcpyDtoHAsync
+	fnFuncGetAttribute
 	fnLaunchKernelEx // optional: zero when the driver lacks it
 	numFns
 )

@@ -115,6 +115,25 @@ func (d *Device) setMaxShared(name string, n int) error {
 	return d.drv.check(d.drv.call(fnFuncSetAttribute, f, funcAttrMaxDynShared, uintptr(n)), "cuFuncSetAttribute "+name)
 }
 
+// maxThreads is the largest block kernel name takes (its launch bounds,
+// or what its registers allow), from the driver (device thread).
+func (d *Device) maxThreads(name string) (int, error) {
+	if n, ok := d.threadsOf[name]; ok {
+		return n, nil
+	}
+	f, err := d.function(name)
+	if err != nil {
+		return 0, err
+	}
+	var n int32
+	r := d.drv.call(fnFuncGetAttribute, uintptr(unsafe.Pointer(&n)), funcAttrMaxThreads, f)
+	if err := d.drv.check(r, "cuFuncGetAttribute "+name); err != nil {
+		return 0, err
+	}
+	d.threadsOf[name] = int(n)
+	return int(n), nil
+}
+
 // allowShared lets kernel name take n bytes of dynamic shared memory,
 // raising its limit past the default once (device thread). The default
 // 48 KiB holds static and dynamic shared memory together, so the limit is

@@ -232,14 +232,14 @@ func flatChunks(m *Matrix) int {
 	return 0
 }
 
-// flatGeometry is the rows a warp and warps a block of
-// matvec_tq2_flat<nch> (MATVEC_FLAT; 108: one row a warp, 32 warps, no
-// gated output).
-func flatGeometry(nch int) (rows, warps int) {
+// flatRows is the rows a warp of matvec_tq2_flat<nch> takes (MATVEC_FLAT;
+// 108: one row a warp, no gated output). Its warps a block are the
+// kernel's launch bounds (Device.maxThreads).
+func flatRows(nch int) int {
 	if nch == 108 {
-		return 1, 32
+		return 1
 	}
-	return 4, 8
+	return 4
 }
 
 // canFuse says whether m's product can take o's fused steps: it needs one
@@ -313,7 +313,7 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 		return d.launchPDL(fmt.Sprintf("matvec_%s_%d", m.Format, nt), grid1((m.Rows+3)/4), grid1(nt), 0, args...)
 	case matvecFlat:
 		nch := flatChunks(m)
-		perWarp, flatWarps := flatGeometry(nch) // rows a warp, or pairs
+		perWarp := flatRows(nch) // rows a warp, or pairs
 		name, outs := fmt.Sprintf("matvec_tq2_flat%d", nch), m.Rows
 		if o.gated {
 			name, outs, perWarp = name+"g", m.Rows/2, perWarp/2
@@ -322,8 +322,12 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 		if err := d.allowShared(name, shared); err != nil {
 			return err
 		}
-		warps := (outs + perWarp - 1) / perWarp
-		return d.launchPDL(name, grid1((warps+flatWarps-1)/flatWarps), grid1(32*flatWarps), shared,
+		threads, err := d.maxThreads(name)
+		if err != nil {
+			return err
+		}
+		warps, flatWarps := (outs+perWarp-1)/perWarp, threads/32
+		return d.launchPDL(name, grid1((warps+flatWarps-1)/flatWarps), grid1(threads), shared,
 			argBuf(m.data), m.scalesArg(), argF32(m.scale), argBuf(x), argBuf(y), argInt(m.Rows), argInt(nb),
 			argInt(m.rowBytes), argBuf(o.x2), argInt(o.act), argInt(m.Cols), argBuf(o.norm), argF32(o.eps),
 			argF32(o.wAdd), argBool(o.accum), argInt(int(o.outAct)))
@@ -396,7 +400,9 @@ var matvecKernels = []int{matvecS4W4, matvecS2W4, matvecS2W8, matvecS1W8, matvec
 // others, where fewer rows a warp give more warps to hide latency. Ahead
 // of all these, q4 matrices of 4096 rows and columns or more (Llama-2-7B's)
 // take one row a warp and 32 warps, one block an SM (its decode +0.5%
-// against 16 warps and the split-K down projection, 2026-11-24).
+// against 16 warps and the split-K down projection, 2026-11-24), and q8
+// heads of 65536 rows or more (BitNet-2B's 128256x2560) 4 rows a warp
+// (125.5 -> 122.0 us, 95% of the copy rate).
 func matvecKernel(f quantize.Format, rows, cols int) int {
 	wide := cols > 2*rows
 	switch {
@@ -406,6 +412,8 @@ func matvecKernel(f quantize.Format, rows, cols int) int {
 		return matvecS1W32
 	case wide && (f == quantize.Q8 || f == quantize.Q4 || f == quantize.TQ2):
 		return matvecS1W32K2
+	case f == quantize.Q8 && rows >= 65536:
+		return matvecS4W4
 	case f == quantize.Q8, f == quantize.Q4 && cols >= 4096, f == quantize.TQ2 && rows < 8192:
 		return matvecS1W16
 	case rows >= 8192:

@@ -4,9 +4,9 @@
 //
 // Grid: (kv_heads * split, S). Block (blk, s) takes G = heads/kv_heads/
 // split of the query heads that share kv head blk/split, over the s-th of
-// Su equal slices of the visible positions, Su being one a 256 of them (at
-// most S; the blocks past Su return at once, and one slice needs no
-// combining pass): every key and value row is read
+// Su equal slices of the visible positions, Su being one a slice_len of
+// them (at most S; the blocks past Su return at once, and one slice needs
+// no combining pass): every key and value row is read
 // once for those G heads (split > 1 spreads a large group over more blocks
 // when the model has few kv heads). S is fixed when the step is launched (a CUDA graph replays it for
 // every position); the slices' length follows the position, read from
@@ -40,7 +40,7 @@ template <int HD, int G2>
 __device__ void attn_decode(const float* q, const float* kcur, const float* vcur, float* __restrict__ kc, float* __restrict__ vc,
                             float* __restrict__ out, float* __restrict__ part, int* __restrict__ count, int heads,
                             int kv_heads, const int* __restrict__ pos, float scale,
-                            const float2* __restrict__ rope_cs, int window) {
+                            const float2* __restrict__ rope_cs, int window, int slice_len) {
     constexpr int LP = 32 / G2, DL = HD / LP;
     static_assert(DL % 2 == 0 && DL <= 64 && LP >= 2, "lane slice");
     extern __shared__ float red[];  // [NW][G][HD] each warp's weighted value sums
@@ -63,7 +63,7 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
     // steps).
     const int p = pos[0], n = p + 1;
     const int first = window > 0 ? max(0, p - window + 1) : 0;
-    const int Su = min(S, (n - first + 255) / 256);  // slices in use at this position
+    const int Su = min(S, (n - first + slice_len - 1) / slice_len);  // slices in use at this position
     if (s >= Su) return;
     const int len = (n - first + Su - 1) / Su;
     const int lo = first + s * len, hi = min(n, lo + len);
@@ -244,9 +244,9 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
     extern "C" __global__ void __launch_bounds__(32 * NW, 1)                                                  \
         attn_decode_##HD##_##G2(const float* q, const float* kcur, const float* vcur, float* kc, float* vc,   \
                                 float* out, float* part, int* count, int heads, int kv_heads, const int* pos, \
-                                float scale, const float2* rope_cs, int window) {                             \
+                                float scale, const float2* rope_cs, int window, int slice_len) {              \
         attn_decode<HD, G2>(q, kcur, vcur, kc, vc, out, part, count, heads, kv_heads, pos, scale, rope_cs,    \
-                            window);                                                                          \
+                            window, slice_len);                                                               \
     }
 ATTN_DECODE(64, 1)
 ATTN_DECODE(64, 2)

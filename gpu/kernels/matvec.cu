@@ -79,6 +79,60 @@ __device__ __forceinline__ float tq2_scale(const __half* scales, int row, float 
     return scales != nullptr ? reinterpret_cast<const float*>(scales)[row] : tscale;
 }
 
+// store_out writes v to *y, or with accum adds it to *y (the residual
+// add). The add is a reduction (red.add: no round trip; each output has
+// one writer, so it is the same sum as load, add, store).
+__device__ __forceinline__ void store_out(float* y, float v, int accum) {
+    if (accum) {
+        atomicAdd(y, v);
+    } else {
+        *y = v;
+    }
+}
+
+// tq2 with int8 x (BitNet's W2A8), one 16-byte chunk of 64 codes at a
+// time. load_x8 reads the chunk's 64 int8 values of x (16 words) from
+// stage_x's layout; x8_sum is their sum (summed per chunk: staging the
+// chunks' sums with x, 4 shuffles a value, made BitNet-2B decode 3.5%
+// slower, 2026-11-24); tq2_dot8 is sum(t * x) over the chunk, codes u
+// being t + 1, two bits each: sum(code * x) - sum(x).
+__device__ __forceinline__ void load_x8(const uint4* xq, int nch, int c, int (&xw)[16]) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const uint4 v = xq[q * nch + c];
+        xw[4 * q] = v.x, xw[4 * q + 1] = v.y, xw[4 * q + 2] = v.z, xw[4 * q + 3] = v.w;
+    }
+}
+__device__ __forceinline__ int x8_sum(const int (&xw)[16]) {
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 16; i++) s = __dp4a(0x01010101, xw[i], s);
+    return s;
+}
+// dp4a_us is dp4a with a's bytes unsigned, b's signed.
+__device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+// Bit pair sh of each byte of code word 2j + k goes with x word 8j + 2sh
+// + k (the tq2 layout). Each bit-pair plane is masked in place (code *
+// 4^sh, up to 192 a byte, so unsigned-by-signed dp4a) and summed apart; a
+// plane's sum is an exact multiple of 4^sh. One mask and one dp4a per
+// four weights, where shifting each plane down took a shift more
+// (BitNet-2B decode +3%, 2026-11-24).
+__device__ __forceinline__ int tq2_dot8(const uint32_t* u, const int (&xw)[16], int xsum) {
+    int a[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int k = 0; k < 2; k++)
+#pragma unroll
+            for (int sh = 0; sh < 4; sh++)
+                a[sh] = dp4a_us(u[2 * j + k] & (0x03030303u << (2 * sh)), xw[8 * j + 2 * sh + k], a[sh]);
+    return a[0] + (a[1] >> 2) + (a[2] >> 4) + (a[3] >> 6) - xsum;
+}
+
 // Dot of one 32-weight block at p (loaded here) with x[0..31].
 template <int FMT>
 __device__ __forceinline__ float block_dot(const uint8_t* p, const float* x) {
@@ -598,29 +652,13 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
             } else {
                 load_all(c, cur, csc, cmn);
             }
-            if (FMT == TQ2 && I8) {  // codes are t+1: sum(t*q) = sum(code*q) - sum(q)
+            if (FMT == TQ2 && I8) {
                 const uint4* xq = reinterpret_cast<const uint4*>(xsh);
                 int xw[16];
+                load_x8(xq, nch, c, xw);
+                const int xs = x8_sum(xw);
 #pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const uint4 v = xq[q * nch + c];
-                    xw[4 * q] = v.x, xw[4 * q + 1] = v.y, xw[4 * q + 2] = v.z, xw[4 * q + 3] = v.w;
-                }
-                int xs = 0;
-#pragma unroll
-                for (int i = 0; i < 16; i++) xs = __dp4a(0x01010101, xw[i], xs);
-#pragma unroll
-                for (int r = 0; r < SROWS; r++) {
-                    int sd = -xs;
-#pragma unroll
-                    for (int j = 0; j < 2; j++)
-#pragma unroll
-                        for (int k = 0; k < 2; k++)
-#pragma unroll
-                            for (int sh = 0; sh < 4; sh++)
-                                sd = __dp4a((int)((cur[r][2 * j + k] >> (2 * sh)) & 0x03030303u), xw[8 * j + 2 * sh + k], sd);
-                    iacc[r] += sd;
-                }
+                for (int r = 0; r < SROWS; r++) iacc[r] += tq2_dot8(cur[r], xw, xs);
                 continue;
             }
             if (I16) {  // q4 with int16 x: integer dot products (dp2a), 8 weights in 6 instructions
@@ -696,17 +734,18 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
                     for (int r = 0; r < SROWS; r++) acc[r] += kred[warp + k][r], iacc[r] += kired[warp + k][r];
             __syncthreads();  // kred is the next rows'
         }
-        float v[SROWS];  // the rows' outputs
+        float v[SROWS] = {};  // the rows' outputs, in lane 0 (the one that writes them)
+        if (lane == 0)
 #pragma unroll
-        for (int r = 0; r < SROWS; r++) {
-            const float ts = FMT == TQ2 ? tq2_scale(scales, row_of(f0, r), tscale) : 1.f;
-            v[r] = I8 ? (float)iacc[r] * ts * ys : (FMT == TQ2 ? acc[r] * ts : acc[r]) * ys;
-        }
+            for (int r = 0; r < SROWS; r++) {
+                const float ts = FMT == TQ2 ? tq2_scale(scales, row_of(f0, r), tscale) : 1.f;
+                v[r] = I8 ? (float)iacc[r] * ts * ys : (FMT == TQ2 ? acc[r] * ts : acc[r]) * ys;
+            }
         if (!GO) {
             if (lane == 0 && part == 0 && have)
 #pragma unroll
                 for (int r = 0; r < SROWS; r++)
-                    if (f0 + r < rows) y[f0 + r] = accum ? y[f0 + r] + v[r] : v[r];
+                    if (f0 + r < rows) store_out(y + f0 + r, v[r], accum);
         } else if (SROWS > 1) {
             if (lane == 0 && have)
 #pragma unroll
@@ -778,11 +817,14 @@ MATVECG(q4, Q4, 4, 4) MATVECG(q4, Q4, 1, 16) MATVECG(q4, Q4, 2, 16)
 MATVECG(tq2, TQ2, 4, 4) MATVECG(tq2, TQ2, 1, 16)
 
 // matvec_flat: tq2 products with int8 x (BitNet's short ternary rows, NCH
-// chunks of 16 bytes) without a loop over a row. A warp's SR rows are one
-// sequence of SR * NCH chunks, PER a lane (lane + 32 i), all of them
-// requested before the kernel waits for x: a product's whole share of the
-// weights is in flight while the kernel before ends and x is staged,
-// where the row loops leave a DRAM round trip after the wait each pass.
+// chunks of 16 bytes) without a loop over a row. A warp's SR rows are
+// PER chunks a lane, all of them requested before the kernel waits for x:
+// a product's whole share of the weights is in flight while the kernel
+// before ends and x is staged, where the row loops leave a DRAM round
+// trip after the wait each pass. Lane l takes chunk 32p + l of every row
+// (pass p < FULL), so it reads that chunk of x and sums it once for the
+// SR rows, then one a lane of the RP*32 (row, chunk) pairs left past the
+// full passes.
 // One warp a row group (no grid loop); fusions as matvecs (the gate and
 // norm staged, accum, GO: the warp's first SR/2 rows gate and the rest up
 // of SR/2 pairs).
@@ -791,7 +833,8 @@ __device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restr
                             const float* x, float* __restrict__ y, int rows, int nb, int row_bytes,
                             const float* x2, int act, int cols, const float* __restrict__ nw, float eps,
                             float w_add, int accum, int oact) {
-    constexpr int PER = (SR * NCH + 31) / 32;
+    constexpr int FULL = NCH / 32, REM = NCH % 32;  // full passes of the lanes over a row; chunks left
+    constexpr int RP = (SR * REM + 31) / 32, PER = FULL * SR + RP, RD = REM > 0 ? REM : 1;
     // V: x's float4s a thread holds at once (x is staged in rounds past 3).
     constexpr int V = (NCH * 16 + 32 * NW - 1) / (32 * NW) < 3 ? (NCH * 16 + 32 * NW - 1) / (32 * NW) : 3;
     extern __shared__ float4 xsh[];
@@ -802,47 +845,55 @@ __device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restr
     // row_of is the matrix row of the warp's row r (clamped; GO: pairs).
     auto row_of = [&](int r) {
         if (!GO) return min(f0 + r, rows - 1);
-        const int o = min(f0 + r % (SR / 2), half - 1);
+        const int o = min(f0 + r % (SR > 1 ? SR / 2 : 1), half - 1);
         return r < SR / 2 ? o : half + o;
     };
+    // Chunk i of the lane: pass i / SR, row i % SR, then pair k of the rest.
     uint4 w[PER];
 #pragma unroll
-    for (int i = 0; i < PER; i++) {
-        const int j = lane + 32 * i, r = j / NCH, c = j % NCH;
-        if (j < SR * NCH) w[i] = ld16(W + (size_t)row_of(r) * row_bytes + (size_t)c * 16);
+    for (int i = 0; i < FULL * SR; i++)
+        w[i] = ld16(W + (size_t)row_of(i % SR) * row_bytes + (size_t)(32 * (i / SR) + lane) * 16);
+#pragma unroll
+    for (int m = 0; m < RP; m++) {
+        const int k = lane + 32 * m;
+        if (k < SR * REM) w[FULL * SR + m] = ld16(W + (size_t)row_of(k / RD) * row_bytes + (size_t)(32 * FULL + k % RD) * 16);
     }
+    // The rows' scales (lane 0 writes the outputs): constant, so before
+    // the wait too; after it they would be a DRAM round trip at the end.
+    float ts[SR];
+#pragma unroll
+    for (int r = 0; r < SR; r++) ts[r] = lane == 0 ? tq2_scale(scales, row_of(r), tscale) : 0.f;
     stage_norm<V> sn;
     stage_pre<V>(sn, nw, w_add, nb);
     pdl_wait();
     const float ys = stage_x<TQ2, V>(xsh, x, x2, act, cols, nw, sn, eps, w_add, true, nb);
-    // codes are t+1: sum(t*q) = sum(code*q) - sum(q)
     const uint4* xq = reinterpret_cast<const uint4*>(xsh);
     int iacc[SR];
 #pragma unroll
     for (int r = 0; r < SR; r++) iacc[r] = 0;
 #pragma unroll
-    for (int i = 0; i < PER; i++) {
-        const int j = lane + 32 * i, r = j / NCH, c = j % NCH;
-        if (j >= SR * NCH) break;
+    for (int p = 0; p < FULL; p++) {
         int xw[16];
+        load_x8(xq, NCH, 32 * p + lane, xw);
+        const int xs = x8_sum(xw);
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-            const uint4 v = xq[q * NCH + c];
-            xw[4 * q] = v.x, xw[4 * q + 1] = v.y, xw[4 * q + 2] = v.z, xw[4 * q + 3] = v.w;
+        for (int r = 0; r < SR; r++) {
+            const uint4 c = w[p * SR + r];
+            const uint32_t u[4] = {c.x, c.y, c.z, c.w};
+            iacc[r] += tq2_dot8(u, xw, xs);
         }
-        int sd = 0;
+    }
 #pragma unroll
-        for (int k = 0; k < 16; k++) sd = __dp4a(-1, xw[k], sd);  // (-1: each byte -1)
-        const uint32_t u[4] = {w[i].x, w[i].y, w[i].z, w[i].w};
+    for (int m = 0; m < RP; m++) {
+        const int k = lane + 32 * m;
+        if (k >= SR * REM) break;
+        int xw[16];
+        load_x8(xq, NCH, 32 * FULL + k % RD, xw);
+        const uint4 c = w[FULL * SR + m];
+        const uint32_t u[4] = {c.x, c.y, c.z, c.w};
+        const int sd = tq2_dot8(u, xw, x8_sum(xw));
 #pragma unroll
-        for (int jj = 0; jj < 2; jj++)
-#pragma unroll
-            for (int k = 0; k < 2; k++)
-#pragma unroll
-                for (int sh = 0; sh < 4; sh++)
-                    sd = __dp4a((int)((u[2 * jj + k] >> (2 * sh)) & 0x03030303u), xw[8 * jj + 2 * sh + k], sd);
-#pragma unroll
-        for (int rr = 0; rr < SR; rr++) iacc[rr] += r == rr ? sd : 0;
+        for (int r = 0; r < SR; r++) iacc[r] += k / RD == r ? sd : 0;
     }
 #pragma unroll
     for (int r = 0; r < SR; r++)
@@ -851,7 +902,7 @@ __device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restr
     if (lane != 0 || f0 >= outs) return;
     float v[SR];
 #pragma unroll
-    for (int r = 0; r < SR; r++) v[r] = (float)iacc[r] * tq2_scale(scales, row_of(r), tscale) * ys;
+    for (int r = 0; r < SR; r++) v[r] = (float)iacc[r] * ts[r] * ys;
     if (GO) {
 #pragma unroll
         for (int k = 0; k < SR / 2; k++)
@@ -859,26 +910,31 @@ __device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restr
     } else {
 #pragma unroll
         for (int r = 0; r < SR; r++)
-            if (f0 + r < rows) y[f0 + r] = accum ? y[f0 + r] + v[r] : v[r];
+            if (f0 + r < rows) store_out(y + f0 + r, v[r], accum);
     }
 }
 
 // matvec_tq2_flat<NCH>[g]: matvec_flat for rows of NCH chunks (64*NCH
-// weights: 2048 to 4096), four rows a warp, 8 warps a block, at most 64
-// registers (four blocks an SM: BitNet-2B decode 958 -> 991 tok/s against
-// the compiler's 86-90); g: the gated output.
-#define MATVEC_FLAT(SR, NCH, GO, suffix)                                                                      \
-    extern "C" __global__ void __launch_bounds__(256, 4) matvec_tq2_flat##NCH##suffix(                        \
+// weights: 2048 to 4096), four rows a warp, NW warps a block, at most 64
+// registers (MINB blocks an SM; the host reads NW from the launch bounds,
+// Device.maxThreads); g: the gated output. Fewer, larger blocks stage x
+// fewer times: 16 warps and two blocks an SM took BitNet-2B decode from
+// 1,117 to 1,216 tok/s against 8 warps (4 warps: 868; 8 warps at 64
+// registers against the compiler's 86-90: 958 -> 991), and its gate/up
+// product on 32 warps, one block an SM, to 1,245 (q/k/v and o on 8 or
+// 32 warps: 1,203, 1,186). 2026-11-24, H100.
+#define MATVEC_FLAT(SR, NCH, GO, suffix, NW, MINB)                                                            \
+    extern "C" __global__ void __launch_bounds__(32 * NW, MINB) matvec_tq2_flat##NCH##suffix(                 \
         const uint8_t* W, const __half* scales, float tscale, const float* x, float* y, int rows, int nb,      \
         int row_bytes, const float* x2, int act, int cols, const float* nw, float eps, float w_add, int accum, \
         int oact) {                                                                                           \
-        matvec_flat<8, SR, NCH, GO>(W, scales, tscale, x, y, rows, nb, row_bytes, x2, act, cols, nw, eps,     \
-                                    w_add, accum, oact);                                                      \
+        matvec_flat<NW, SR, NCH, GO>(W, scales, tscale, x, y, rows, nb, row_bytes, x2, act, cols, nw, eps,    \
+                                     w_add, accum, oact);                                                     \
     }
-MATVEC_FLAT(4, 32, false, ) MATVEC_FLAT(4, 32, true, g)
-MATVEC_FLAT(4, 40, false, ) MATVEC_FLAT(4, 40, true, g)
-MATVEC_FLAT(4, 48, false, ) MATVEC_FLAT(4, 48, true, g)
-MATVEC_FLAT(4, 64, false, ) MATVEC_FLAT(4, 64, true, g)
+MATVEC_FLAT(4, 32, false, , 16, 2) MATVEC_FLAT(4, 32, true, g, 32, 1)
+MATVEC_FLAT(4, 40, false, , 16, 2) MATVEC_FLAT(4, 40, true, g, 32, 1)
+MATVEC_FLAT(4, 48, false, , 16, 2) MATVEC_FLAT(4, 48, true, g, 32, 1)
+MATVEC_FLAT(4, 64, false, , 16, 2) MATVEC_FLAT(4, 64, true, g, 32, 1)
 // matvec_tq2_flat108: rows of 6912 weights (BitNet's down projection), one
 // row a warp, 32 warps a block, so x is staged in one pass (BitNet-2B
 // decode 992 -> 1,051 tok/s; with two rows a warp and 8 warps, x staged in
