@@ -434,12 +434,12 @@ func (b *Backend) MatMul(dst, x model.Buf, w model.Mat, n int) {
 		switch {
 		case m.Format == quantize.TQ2:
 			// Every token's activations quantized in one launch, then
-			// every token's product in one launch.
+			// the product of all tokens (cuBLAS's int8 GEMM from 32 on).
 			q := b.i8[m.Cols]
 			if err := b.d.quantizeI8N(xb, m.Cols, n, q, m.blocks()*32, b.scale); err != nil {
 				return err
 			}
-			return b.d.matvecI8N(m, n, q, b.scale, yb)
+			return b.d.matmulI8(m, n, q, m.blocks()*32, b.scale, yb)
 		case n == 1 && m.Cols%32 == 0:
 			return b.d.matvec(m, xb, yb)
 		default:

@@ -52,7 +52,10 @@ const (
 	blasOpT        = 1
 	cudaR32F       = 0
 	cudaR16F       = 2
+	cudaR8I        = 3
+	cudaR32I       = 10
 	blasCompute32F = 68
+	blasCompute32I = 72
 	blasGemmDflt   = ^uintptr(0) // CUBLAS_GEMM_DEFAULT (-1)
 )
 
@@ -150,17 +153,33 @@ func (b *blas) gemmF16(m, n, k int, a Buffer, lda int, bb Buffer, ldb int, c Buf
 		uintptr(c.ptr), cudaR32F, uintptr(ldc), blasCompute32F, blasGemmDflt)
 }
 
-// blasFor returns cuBLAS when a product of m's format over n tokens should
-// use it, loading the library on first use (device thread). Float32
-// weights and ternary ones (whose activations are int8 by definition) keep
-// their own kernels.
+// gemmI8 queues C[n, m] (int32, row stride ldc) = B[n, k] A[m, k]^T with A
+// and B int8 row-major: cuBLAS's int8 tensor-core GEMM, its sums exact.
+func (b *blas) gemmI8(m, n, k int, a Buffer, lda int, bb Buffer, ldb int, c Buffer, ldc int) error {
+	alpha, beta := int32(1), int32(0)
+	return b.call(blasGemmEx, b.handle, blasOpT, blasOpN, uintptr(m), uintptr(n), uintptr(k),
+		uintptr(unsafe.Pointer(&alpha)), uintptr(a.ptr), cudaR8I, uintptr(lda),
+		uintptr(bb.ptr), cudaR8I, uintptr(ldb), uintptr(unsafe.Pointer(&beta)),
+		uintptr(c.ptr), cudaR32I, uintptr(ldc), blasCompute32I, blasGemmDflt)
+}
+
+// blasFor returns cuBLAS when a product of m's format over n tokens with
+// float activations should use it, loading the library on first use
+// (device thread). Float32 weights keep lowbit's kernel; ternary ones take
+// int8 activations (matmulI8).
 func (d *Device) blasFor(m *Matrix, n int) *blas {
-	if n < blasMinTokens || d.blasOff {
-		return nil
-	}
 	switch m.Format {
 	case quantize.F16, quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1:
-	default:
+		return d.blasLoaded(n)
+	}
+	return nil
+}
+
+// blasLoaded returns cuBLAS for a product of n tokens: nil below
+// blasMinTokens, when disabled, or when the library could not be loaded
+// (device thread).
+func (d *Device) blasLoaded(n int) *blas {
+	if n < blasMinTokens || d.blasOff {
 		return nil
 	}
 	if !d.blasTried {
@@ -178,6 +197,8 @@ func (d *Device) BlasStatus() string {
 		switch {
 		case !d.blasTried:
 			s = "cuBLAS: not loaded yet (first used by a prefill of 32 tokens or more)"
+		case d.blas != nil && d.blasI8Err != nil:
+			s = "cuBLAS: " + d.blas.path + "; " + d.blasI8Err.Error()
 		case d.blas != nil:
 			s = "cuBLAS: " + d.blas.path
 		default:
@@ -244,6 +265,48 @@ func (d *Device) matmulBlas(bl *blas, m *Matrix, X, Y Buffer, n int) error {
 		}
 	}
 	return nil
+}
+
+// matmulI8 queues Y[n, Rows] = W q for tq2 weights and n tokens' int8
+// activations q (token t's at q + t*qStride, its scale at scale[t]):
+// through cuBLAS's int8 GEMM for 32 tokens or more (rows and columns
+// multiples of 4), else the int8 matrix-vector kernel, a token a block row
+// (device thread). Once cuBLAS refuses the int8 GEMM, the kernel takes
+// every product (BlasStatus says why).
+func (d *Device) matmulI8(m *Matrix, n int, q Buffer, qStride int, scale, y Buffer) error {
+	if bl := d.blasLoaded(n); bl != nil && m.Format == quantize.TQ2 && d.blasI8Err == nil && m.Cols%4 == 0 && m.Rows%4 == 0 {
+		err := d.matmulBlasI8(bl, m, n, q, qStride, scale, y)
+		if err == nil {
+			return nil
+		}
+		d.blasI8Err = fmt.Errorf("cuBLAS int8 GEMM refused (%s %dx%d, %d tokens): %w", m.Format, m.Rows, m.Cols, n, err)
+	}
+	return d.matvecI8N(m, n, q, scale, y)
+}
+
+// matmulBlasI8 is matmulI8 through cuBLAS: W in panels of rows unpacked to
+// int8 (dequant_i8_tq2), one int8 GEMM a panel into Y as int32, then the
+// sums scaled into floats in place (scale_i8_tq2) (device thread).
+func (d *Device) matmulBlasI8(bl *blas, m *Matrix, n int, q Buffer, qStride int, scale, y Buffer) error {
+	panel := max(blasPanelBytes/m.Cols/64*64, 64)
+	w8, err := d.scratch16(&d.w16, int64(min(panel, m.Rows))*int64(m.Cols))
+	if err != nil {
+		return err
+	}
+	for r0 := 0; r0 < m.Rows; r0 += panel {
+		rows := min(panel, m.Rows-r0)
+		if err := d.launch("dequant_i8_tq2", grid1(rows), grid1(256), 0,
+			uint64(m.data.ptr)+uint64(r0)*uint64(m.rowBytes), argBuf(w8), argInt(m.Cols), argInt(m.rowBytes)); err != nil {
+			return err
+		}
+		yp := Buffer{ptr: y.ptr + uint64(r0)*4, size: y.size - int64(r0)*4}
+		if err := bl.gemmI8(rows, n, m.Cols, w8, m.Cols, q, qStride, yp, m.Rows); err != nil {
+			return err
+		}
+	}
+	total := int64(n) * int64(m.Rows)
+	return d.launch("scale_i8_tq2", grid1(int(min((total+255)/256, int64(d.sms)*16))), grid1(256), 0,
+		argBuf(y), argInt(m.Rows), argInt(n), argBuf(m.rowScale), argF32(m.scale), argBuf(scale))
 }
 
 // offsetHalf is the address of fp16 element i of b (null stays null).

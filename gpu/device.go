@@ -71,6 +71,9 @@ type Device struct {
 	x16, w16  Buffer
 	// blasOff keeps every product on lowbit's own kernels (tests).
 	blasOff bool
+	// blasI8Err says why cuBLAS refused an int8 GEMM (matmulI8 then
+	// keeps to the kernel).
+	blasI8Err error
 
 	// queued says whether work went to the stream since it was last
 	// synchronized: copies to and from the host wait for it only then.

@@ -197,19 +197,105 @@ func TestMatMulBlas(t *testing.T) {
 	}
 }
 
+// TestMatMulI8Blas checks ternary prefill through cuBLAS's int8 GEMM
+// against the int8 matrix-vector kernel on the same int8 activations: the
+// sums are exact integers either way and the scaling the same, so the
+// outputs are equal bit for bit. For a whole matrix (its tensor scale)
+// and a joined one (a scale a row), in one panel and in two.
+func TestMatMulI8Blas(t *testing.T) {
+	d := openOrSkip(t)
+	r := rand.New(rand.NewPCG(31, 32))
+	for _, sh := range []struct{ rows, cols, n int }{{64, 512, 32}, {132, 2560, 70}, {26300, 2560, 33}} {
+		w := gaussian(r, sh.rows*sh.cols)
+		x := gaussian(r, sh.n*sh.cols)
+		_, m := uploadQuantized(t, d, quantize.TQ2, w, sh.rows, sh.cols)
+		rowScale := make([]float32, sh.rows)
+		for i := range rowScale {
+			rowScale[i] = 0.01 + r.Float32()
+		}
+		for _, joined := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%dx%dx%d/joined=%v", sh.rows, sh.cols, sh.n, joined), func(t *testing.T) {
+				mm := *m
+				if joined {
+					err := d.do(func() (err error) { mm.rowScale, err = d.uploadNew(bytesOf(rowScale), 0, MemScratch); return err })
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer d.do(func() error { d.pool.release(mm.rowScale); return nil })
+				}
+				run := func(kernel bool) []float32 {
+					y := make([]float32, sh.n*sh.rows)
+					err := d.do(func() error {
+						d.blasOff = kernel
+						defer func() { d.blasOff = false }()
+						stride := mm.blocks() * 32
+						xb, err := d.uploadNew(bytesOf(x), 0, MemScratch)
+						if err != nil {
+							return err
+						}
+						defer d.pool.release(xb)
+						var q, sc, yb Buffer
+						for _, b := range []struct {
+							dst *Buffer
+							n   int
+						}{{&q, sh.n * stride}, {&sc, 4 * sh.n}, {&yb, 4 * len(y)}} {
+							if *b.dst, err = d.pool.alloc(d, int64(b.n), MemScratch); err != nil {
+								return err
+							}
+							defer d.pool.release(*b.dst)
+						}
+						if err := d.memset(yb, 0xff); err != nil {
+							return err
+						}
+						if err := d.quantizeI8N(xb, sh.cols, sh.n, q, stride, sc); err != nil {
+							return err
+						}
+						if err := d.matmulI8(&mm, sh.n, q, stride, sc, yb); err != nil {
+							return err
+						}
+						if !kernel && (d.blas == nil || d.blasI8Err != nil) {
+							return fmt.Errorf("cuBLAS's int8 GEMM not used: blas %v, %v", d.blas != nil, d.blasI8Err)
+						}
+						return d.dtoh(bytesOf(y), yb, 0)
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return y
+				}
+				want, got := run(true), run(false)
+				bad := 0
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						if bad < 5 {
+							t.Errorf("y[%d] = %g through cuBLAS, %g through the kernel", i, got[i], want[i])
+						}
+						bad++
+					}
+				}
+				if bad > 0 {
+					t.Errorf("%d of %d outputs differ", bad, len(want))
+				}
+			})
+		}
+	}
+}
+
 // TestBackendLongPrompt runs an 80-token prompt, then 8 decode steps,
 // through models whose heads take attn_prefill and attn_decode (64 and 128
 // wide) and whose products take cuBLAS, on the GPU and the CPU: Mistral's
 // sliding window (64 positions, exceeded), Gemma's scaled embedding and
-// GeGLU. Logits within 1e-3 (f32: lowbit's kernels) or 5e-3 (quantized
-// prompt: fp16 GEMM inputs).
+// GeGLU, BitNet's ternary products (int8 GEMM). Logits within 1e-3 (f32:
+// lowbit's kernels), 5e-3 (quantized prompt: fp16 GEMM inputs) or 1e-2
+// (tq2, as in TestBackendMatchesCPU).
 func TestBackendLongPrompt(t *testing.T) {
 	d := openOrSkip(t)
 	hd64 := fixture.Spec{Arch: "LlamaForCausalLM", Hidden: 256, Intermediate: 384, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 64, Vocab: 96, Seed: 5}
 	hd128 := fixture.Spec{Arch: "LlamaForCausalLM", Hidden: 256, Intermediate: 320, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 128, Vocab: 96, Seed: 6}
-	mistral, gemma := hd64, hd64
+	mistral, gemma, bitnet := hd64, hd64, hd128
 	mistral.Arch, mistral.Seed = "MistralForCausalLM", 7
 	gemma.Arch, gemma.Seed = "GemmaForCausalLM", 8
+	bitnet.Arch, bitnet.Seed = "BitNetForCausalLM", 9
 	r := rand.New(rand.NewPCG(29, 30))
 	prompt := make([]int, 80)
 	for i := range prompt {
@@ -228,6 +314,7 @@ func TestBackendLongPrompt(t *testing.T) {
 		{"mistral-window-q4", mistral, quantize.Q4, 5e-3},
 		{"gemma-f32", gemma, quantize.F32, 1e-3},
 		{"gemma-q8", gemma, quantize.Q8, 5e-3},
+		{"bitnet-tq2", bitnet, quantize.TQ2, 1e-2}, // prompt through cuBLAS's int8 GEMM
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := fixtureModel(t, tc.spec, tc.f)

@@ -134,3 +134,36 @@ extern "C" __global__ void f32_to_f16(const float* __restrict__ x, __half* __res
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         y[i] = __float2half_rn(x[i]);
 }
+
+// Ternary prefill through cuBLAS's int8 GEMM (gpu/blas.go): a panel of tq2
+// rows is unpacked to int8 weights t in {-1, 0, 1} (dequant_i8_tq2, the
+// layout of wval), the GEMM sums t * q over the tokens' int8 activations q
+// exactly in int32, and scale_i8_tq2 makes the sums floats as the
+// matrix-vector kernels do: sum * the row's scale * the token's scale.
+// cols is a multiple of 4 (four weights a thread at once).
+extern "C" __global__ void __launch_bounds__(256)
+    dequant_i8_tq2(const uint8_t* __restrict__ W, int8_t* __restrict__ out, int cols, int row_bytes) {
+    const size_t r = blockIdx.x;
+    const uint8_t* row = W + r * row_bytes;
+    for (int c = 4 * threadIdx.x; c < cols; c += 4 * blockDim.x) {
+        int8_t t[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int b = (c + i) >> 5, j = (c + i) & 31;
+            t[i] = (int8_t)(((row[b * 8 + (j & 7)] >> (2 * (j >> 3))) & 3) - 1);
+        }
+        *reinterpret_cast<char4*>(out + r * cols + c) = make_char4(t[0], t[1], t[2], t[3]);
+    }
+}
+
+// scale_i8_tq2 turns y[n, rows], the GEMM's int32 sums, into floats in
+// place: y[t, r] = sum * (row_scale ? row_scale[r] : tscale) * xscale[t].
+extern "C" __global__ void scale_i8_tq2(float* y, int rows, int n, const float* __restrict__ row_scale, float tscale,
+                                        const float* xscale) {
+    const size_t total = (size_t)rows * n;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const int r = (int)(i % rows), t = (int)(i / rows);
+        const float ws = row_scale != nullptr ? row_scale[r] : tscale;
+        y[i] = (float)reinterpret_cast<const int*>(y)[i] * ws * xscale[t];
+    }
+}
