@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"unsafe"
 
@@ -142,25 +143,27 @@ func (b *blas) close() {
 	purego.Dlclose(b.lib)
 }
 
-// gemmF16 queues C[n, m] (fp32, row stride ldc) = B[n, k] A[m, k]^T with A
-// and B fp16 row-major (row strides lda, ldb): in cuBLAS's column-major
-// terms C^T = op_T(A) B^T.
-func (b *blas) gemmF16(m, n, k int, a Buffer, lda int, bb Buffer, ldb int, c Buffer, ldc int) error {
-	alpha, beta := float32(1), float32(0)
+// gemm queues C[n, m] (row stride ldc) = B[n, k] A[m, k]^T with A and B
+// row-major (row strides lda, ldb): in cuBLAS's column-major terms C^T =
+// op_T(A) B^T. in and out are the inputs' and C's types, ct the compute
+// type and one the bits of 1 in it (alpha; beta is zero).
+func (b *blas) gemm(in, out, ct uintptr, one uint32, m, n, k int, a Buffer, lda int, bb Buffer, ldb int, c Buffer, ldc int) error {
+	alpha, beta := one, uint32(0)
 	return b.call(blasGemmEx, b.handle, blasOpT, blasOpN, uintptr(m), uintptr(n), uintptr(k),
-		uintptr(unsafe.Pointer(&alpha)), uintptr(a.ptr), cudaR16F, uintptr(lda),
-		uintptr(bb.ptr), cudaR16F, uintptr(ldb), uintptr(unsafe.Pointer(&beta)),
-		uintptr(c.ptr), cudaR32F, uintptr(ldc), blasCompute32F, blasGemmDflt)
+		uintptr(unsafe.Pointer(&alpha)), uintptr(a.ptr), in, uintptr(lda),
+		uintptr(bb.ptr), in, uintptr(ldb), uintptr(unsafe.Pointer(&beta)),
+		uintptr(c.ptr), out, uintptr(ldc), ct, blasGemmDflt)
 }
 
-// gemmI8 queues C[n, m] (int32, row stride ldc) = B[n, k] A[m, k]^T with A
-// and B int8 row-major: cuBLAS's int8 tensor-core GEMM, its sums exact.
+// gemmF16 is gemm of fp16 A and B into fp32 C, with fp32 sums.
+func (b *blas) gemmF16(m, n, k int, a Buffer, lda int, bb Buffer, ldb int, c Buffer, ldc int) error {
+	return b.gemm(cudaR16F, cudaR32F, blasCompute32F, math.Float32bits(1), m, n, k, a, lda, bb, ldb, c, ldc)
+}
+
+// gemmI8 is gemm of int8 A and B into int32 C: cuBLAS's int8 tensor-core
+// GEMM, its sums exact.
 func (b *blas) gemmI8(m, n, k int, a Buffer, lda int, bb Buffer, ldb int, c Buffer, ldc int) error {
-	alpha, beta := int32(1), int32(0)
-	return b.call(blasGemmEx, b.handle, blasOpT, blasOpN, uintptr(m), uintptr(n), uintptr(k),
-		uintptr(unsafe.Pointer(&alpha)), uintptr(a.ptr), cudaR8I, uintptr(lda),
-		uintptr(bb.ptr), cudaR8I, uintptr(ldb), uintptr(unsafe.Pointer(&beta)),
-		uintptr(c.ptr), cudaR32I, uintptr(ldc), blasCompute32I, blasGemmDflt)
+	return b.gemm(cudaR8I, cudaR32I, blasCompute32I, 1, m, n, k, a, lda, bb, ldb, c, ldc)
 }
 
 // blasFor returns cuBLAS when a product of m's format over n tokens with
