@@ -931,10 +931,10 @@ __device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restr
         matvec_flat<NW, SR, NCH, GO>(W, scales, tscale, x, y, rows, nb, row_bytes, x2, act, cols, nw, eps,    \
                                      w_add, accum, oact);                                                     \
     }
-MATVEC_FLAT(4, 32, false, , 16, 2) MATVEC_FLAT(4, 32, true, g, 32, 1)
-MATVEC_FLAT(4, 40, false, , 16, 2) MATVEC_FLAT(4, 40, true, g, 32, 1)
-MATVEC_FLAT(4, 48, false, , 16, 2) MATVEC_FLAT(4, 48, true, g, 32, 1)
-MATVEC_FLAT(4, 64, false, , 16, 2) MATVEC_FLAT(4, 64, true, g, 32, 1)
+MATVEC_FLAT(4, 32, false, , 16, 1) MATVEC_FLAT(4, 32, true, g, 32, 1)
+MATVEC_FLAT(4, 40, false, , 16, 1) MATVEC_FLAT(4, 40, true, g, 32, 1)
+MATVEC_FLAT(4, 48, false, , 16, 1) MATVEC_FLAT(4, 48, true, g, 32, 1)
+MATVEC_FLAT(4, 64, false, , 16, 1) MATVEC_FLAT(4, 64, true, g, 32, 1)
 // matvec_tq2_flat108: rows of 6912 weights (BitNet's down projection), one
 // row a warp, 32 warps a block, so x is staged in one pass (BitNet-2B
 // decode 992 -> 1,051 tok/s; with two rows a warp and 8 warps, x staged in
