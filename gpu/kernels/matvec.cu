@@ -915,14 +915,15 @@ __device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restr
 }
 
 // matvec_tq2_flat<NCH>[g]: matvec_flat for rows of NCH chunks (64*NCH
-// weights: 2048 to 4096), four rows a warp, NW warps a block, at most 64
-// registers (MINB blocks an SM; the host reads NW from the launch bounds,
-// Device.maxThreads); g: the gated output. Fewer, larger blocks stage x
-// fewer times: 16 warps and two blocks an SM took BitNet-2B decode from
-// 1,117 to 1,216 tok/s against 8 warps (4 warps: 868; 8 warps at 64
-// registers against the compiler's 86-90: 958 -> 991), and its gate/up
-// product on 32 warps, one block an SM, to 1,245 (q/k/v and o on 8 or
-// 32 warps: 1,203, 1,186). 2026-11-24, H100.
+// weights: 2048 to 4096), four rows a warp, NW warps a block, MINB blocks
+// an SM (the host reads NW from the launch bounds, Device.maxThreads); g:
+// the gated output. Fewer, larger blocks stage x fewer times: 16 warps
+// took BitNet-2B decode from 1,117 to 1,216 tok/s against 8 (4 warps:
+// 868), and its gate/up product on 32 warps, one block an SM, to 1,245
+// (q/k/v and o on 8 or 32 warps: 1,203, 1,186). The plain products' grids
+// hold one block an SM at most (BitNet's q/k/v 60 blocks, o 40), so they
+// may take 128 registers: two blocks an SM forced 64 and spills (1,320 ->
+// 1,400). 2026-11-24, H100.
 #define MATVEC_FLAT(SR, NCH, GO, suffix, NW, MINB)                                                            \
     extern "C" __global__ void __launch_bounds__(32 * NW, MINB) matvec_tq2_flat##NCH##suffix(                 \
         const uint8_t* W, const __half* scales, float tscale, const float* x, float* y, int rows, int nb,      \
