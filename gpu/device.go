@@ -64,7 +64,8 @@ type Device struct {
 	threadsOf map[string]int
 
 	// cuBLAS for prefill products, loaded on first use (blasTried), with
-	// the reason when it could not be; x16 and w16 are its fp16 scratch.
+	// the reason when it could not be; x16 and w16 are its scratch: fp16
+	// x and weight panels, w16 also the int8 panels of ternary weights.
 	blas      *blas
 	blasTried bool
 	blasErr   error

@@ -97,6 +97,31 @@ func FuzzParsePTXHash(f *testing.F) {
 	})
 }
 
+// TestGatedKernel checks which kernels say they have a gated output: the
+// flat tq2 kernels but the down projections' (6912 weights a row, one row
+// a warp), and the MATVECG list of matvec.cu.
+func TestGatedKernel(t *testing.T) {
+	for _, tc := range []struct {
+		f          quantize.Format
+		cols, mode int
+		want       bool
+	}{
+		{quantize.TQ2, 2560, matvecFlat, true},
+		{quantize.TQ2, 6912, matvecFlat, false},
+		{quantize.TQ2, 2560, matvecS1W16, true},
+		{quantize.TQ2, 2560, matvecS2W8, false},
+		{quantize.Q4, 4096, matvecS2W16, true},
+		{quantize.Q8, 4096, matvecS2W16, false},
+		{quantize.Q8, 2048, matvecS4W4, true},
+		{quantize.F16, 2048, matvecS4W4, false},
+	} {
+		m := &Matrix{Format: tc.f, Rows: 64, Cols: tc.cols}
+		if got := gatedKernel(m, tc.mode); got != tc.want {
+			t.Errorf("gatedKernel(%s [64, %d], mode %d) = %v, want %v", tc.f, tc.cols, tc.mode, got, tc.want)
+		}
+	}
+}
+
 func TestSizeClass(t *testing.T) {
 	tests := []struct{ in, want int64 }{
 		{1, 512}, {512, 512}, {513, 1024}, {4096, 4096}, {4097, 5120}, {9000, 10240}, {1 << 20, 1 << 20}, {(1 << 20) + 1, 1<<20 + 1<<18},

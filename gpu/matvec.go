@@ -204,16 +204,17 @@ func (o matvecOpts) fused() bool {
 // projections apply the activation as they stage x (to compare).
 const gatedEnv = "LOWBIT_GATED"
 
-// gatedKernel says whether matvec.cu has the gated-output kernel (MATVECG)
-// for format f and kernel mode.
-func gatedKernel(f quantize.Format, mode int) bool {
-	switch f {
+// gatedKernel says whether matvec.cu has a gated-output kernel for m's
+// format in kernel mode (MATVECG; MATVEC_FLAT's g kernels, which the
+// down projections' flat108 has not).
+func gatedKernel(m *Matrix, mode int) bool {
+	switch m.Format {
 	case quantize.Q4:
 		return mode == matvecS4W4 || mode == matvecS1W16 || mode == matvecS2W16
 	case quantize.Q8:
 		return mode == matvecS4W4 || mode == matvecS1W16
 	case quantize.TQ2:
-		return mode == matvecS4W4 || mode == matvecS1W16 || mode == matvecFlat
+		return mode == matvecS4W4 || mode == matvecS1W16 || mode == matvecFlat && flatChunks(m) != 108
 	}
 	return false
 }
@@ -250,8 +251,7 @@ func (d *Device) canFuse(m *Matrix, o matvecOpts) bool {
 		return false
 	}
 	mode := d.kernelFor(m, o)
-	if o.gated && (d.gatedOff || m.Rows%2 != 0 || o.accum || !gatedKernel(m.Format, mode) ||
-		mode == matvecFlat && flatChunks(m) == 108) {
+	if o.gated && (d.gatedOff || m.Rows%2 != 0 || o.accum || !gatedKernel(m, mode)) {
 		return false
 	}
 	return mode != matvecPlain
@@ -339,7 +339,7 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 			name += fmt.Sprintf("k%d", split)
 		}
 		if o.gated {
-			if split > 1 || !gatedKernel(m.Format, mode) {
+			if split > 1 || !gatedKernel(m, mode) {
 				return fmt.Errorf("gpu: %s %dx%d: no gated-output kernel for mode %d", m.Format, m.Rows, m.Cols, mode)
 			}
 			name += "g"

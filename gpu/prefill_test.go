@@ -519,7 +519,7 @@ func TestMatVecGated(t *testing.T) {
 				half := sh.rows / 2
 				for _, act := range []GLU{SwiGLU, ReLU2GLU} {
 					for _, k := range []struct{ mode, grid int }{{0, 0}, {matvecS4W4, 3}, {matvecS1W16, 1}, {matvecS1W16, 2}, {matvecS2W16, 2}} {
-						if k.mode != 0 && !gatedKernel(f, k.mode) {
+						if k.mode != 0 && !gatedKernel(m, k.mode) {
 							continue
 						}
 						o := matvecOpts{act: -1, norm: gb, eps: 1e-5, int8: tq2, gated: true, outAct: act}
