@@ -92,10 +92,14 @@ __device__ __forceinline__ void store_out(float* y, float v, int accum) {
 
 // tq2 with int8 x (BitNet's W2A8), one 16-byte chunk of 64 codes at a
 // time. load_x8 reads the chunk's 64 int8 values of x (16 words) from
-// stage_x's layout; x8_sum is their sum (summed per chunk: staging the
-// chunks' sums with x, 4 shuffles a value, made BitNet-2B decode 3.5%
-// slower, 2026-11-24); tq2_dot8 is sum(t * x) over the chunk, codes u
-// being t + 1, two bits each: sum(code * x) - sum(x).
+// stage_x's layout; x8_sum is their sum. Codes u are t + 1, two bits
+// each, so sum(t * x) = sum(code * x) - sum(x): tq2_planes adds the
+// chunk's sum(code * x) to four plane sums, tq2_combine makes them one
+// number, and tq2_dot8 is the chunk's whole sum(t * x). A product over
+// whole rows (matvec_flat) subtracts sum(x) once a row, from stage_x's
+// total, instead of summing x chunk by chunk (staging the chunks' sums
+// with x, 4 shuffles a value, had made BitNet-2B decode 3.5% slower,
+// 2026-11-24).
 __device__ __forceinline__ void load_x8(const uint4* xq, int nch, int c, int (&xw)[16]) {
 #pragma unroll
     for (int q = 0; q < 4; q++) {
@@ -121,8 +125,7 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
 // plane's sum is an exact multiple of 4^sh. One mask and one dp4a per
 // four weights, where shifting each plane down took a shift more
 // (BitNet-2B decode +3%, 2026-11-24).
-__device__ __forceinline__ int tq2_dot8(const uint32_t* u, const int (&xw)[16], int xsum) {
-    int a[4] = {0, 0, 0, 0};
+__device__ __forceinline__ void tq2_planes(const uint32_t* u, const int (&xw)[16], int (&a)[4]) {
 #pragma unroll
     for (int j = 0; j < 2; j++)
 #pragma unroll
@@ -130,7 +133,12 @@ __device__ __forceinline__ int tq2_dot8(const uint32_t* u, const int (&xw)[16], 
 #pragma unroll
             for (int sh = 0; sh < 4; sh++)
                 a[sh] = dp4a_us(u[2 * j + k] & (0x03030303u << (2 * sh)), xw[8 * j + 2 * sh + k], a[sh]);
-    return a[0] + (a[1] >> 2) + (a[2] >> 4) + (a[3] >> 6) - xsum;
+}
+__device__ __forceinline__ int tq2_combine(const int (&a)[4]) { return a[0] + (a[1] >> 2) + (a[2] >> 4) + (a[3] >> 6); }
+__device__ __forceinline__ int tq2_dot8(const uint32_t* u, const int (&xw)[16], int xsum) {
+    int a[4] = {0, 0, 0, 0};
+    tq2_planes(u, xw, a);
+    return tq2_combine(a) - xsum;
 }
 
 // Dot of one 32-weight block at p (loaded here) with x[0..31].
@@ -242,20 +250,14 @@ __device__ __forceinline__ void load_chunk(const uint8_t* p, uint32_t* w) {
     }
 }
 
-// warps_sum and warps_max reduce the values v[0..nwarps) the block's warps
-// left in shared memory (nwarps <= 32): every thread gets the result, from
-// one load and a shuffle tree rather than a loop over them.
+// warps_sum reduces the values v[0..nwarps) the block's warps left in
+// shared memory (nwarps <= 32): every thread gets the result, from one
+// load and a shuffle tree rather than a loop over them.
 __device__ __forceinline__ float warps_sum(const float* v, int nwarps) {
     float s = (int)(threadIdx.x & 31) < nwarps ? v[threadIdx.x & 31] : 0.f;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     return s;
-}
-__device__ __forceinline__ float warps_max(const float* v, int nwarps) {
-    float m = (int)(threadIdx.x & 31) < nwarps ? v[threadIdx.x & 31] : 0.f;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    return m;
 }
 
 // Staging x (stage_x): each thread owns the float4s i = threadIdx.x +
@@ -385,7 +387,9 @@ __device__ void stage_q4(float4* xsh, const float* x, const float* x2, int act, 
 //       ((uint4*)xsh)[((b%CB)*4 + k)*nch + b/CB], then nb block scales and
 //       nb float sums, block b's at (b%CB)*nch + b/CB (stage_q4);
 //   others: floats, float4 k of block b at xsh[k*nb + (b%CB)*nch + b/CB].
-// Returns the factor of the product's outputs: int8 x's scale, else 1.
+// Returns the factor of the product's outputs: int8 x's scale, else 1;
+// with i8 and qsum set, *qsum is the sum of the staged int8 values (an
+// integer: the same whatever the order of the adds).
 // A thread's values are read at once and kept in registers between the
 // statistics and the writes: x was just written by the kernel before, and
 // each dependent round trip to it costs the whole block its latency
@@ -395,7 +399,7 @@ __device__ void stage_q4(float4* xsh, const float* x, const float* x2, int act, 
 template <int FMT, int V>
 __device__ float stage_x(float4* xsh, const float* x, const float* x2, int act, int cols,
                          const float* __restrict__ nw, const stage_norm<V>& sn, float eps, float w_add, bool i8,
-                         int nb) {
+                         int nb, int* qsum = nullptr) {
     if (FMT == Q4 && !i8) {
         stage_q4<FMT>(xsh, x, x2, act, cols, nw, eps, w_add, nb);
         return 1.f;
@@ -405,6 +409,8 @@ __device__ float stage_x(float4* xsh, const float* x, const float* x2, int act, 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = nt >> 5;
     const bool norm = nw != nullptr, one = n4 <= V * nt;  // one: every value in registers at once
     __shared__ float red[2][32];
+    __shared__ int qtot;  // i8: the sum of the staged values
+    if (i8 && threadIdx.x == 0) qtot = 0;  // (set before the statistics' barrier)
     // value is x's float4 i after the gate, zeros past cols.
     auto value = [&](float4 v, float4 u, int i) {
         float e[4] = {v.x, v.y, v.z, v.w};
@@ -452,14 +458,16 @@ __device__ float stage_x(float4* xsh, const float* x, const float* x2, int act, 
                 for (int k = 0; k < 4; k++) ss += v[k] * v[k], am = fmaxf(am, fabsf(v[k] * g[k]));
             }
         }
+        // am >= 0: its bits order as the floats do, so the warp's integer
+        // reduction takes the largest in one instruction (BitNet-2B decode
+        // +0.9% against a shuffle tree, 2026-11-24).
+        am = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(am)));
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
-        }
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
         if (lane == 0) red[0][warp] = ss, red[1][warp] = am;
         __syncthreads();
-        ss = warps_sum(red[0], nwarps), am = warps_max(red[1], nwarps);
+        ss = warps_sum(red[0], nwarps);
+        am = __uint_as_float(__reduce_max_sync(0xffffffffu, lane < nwarps ? __float_as_uint(red[1][lane]) : 0u));
         if (norm) {
             rinv = rsqrtf(ss / (float)cols + eps);
             am *= rinv;
@@ -470,6 +478,7 @@ __device__ float stage_x(float4* xsh, const float* x, const float* x2, int act, 
         }
     }
     // The writes.
+    int qpart = 0;  // i8: the sum of the thread's staged values
     for (int i0 = 0; i0 < n4; i0 += V * nt) {
         if (!one || !(norm || i8)) load(i0);
 #pragma unroll
@@ -491,13 +500,19 @@ __device__ float stage_x(float4* xsh, const float* x, const float* x2, int act, 
                 }
                 const int c = i >> 4, o = i & 15;  // chunk, int within its 64 bytes
                 if (i < n4) reinterpret_cast<int*>(xsh)[((o >> 2) * nch + c) * 4 + (o & 3)] = (int)word;
+                qpart = __dp4a((int)word, 0x01010101, qpart);
             } else if (i < n4) {
                 const int b = i >> 3, k = i & 7;
                 xsh[k * nb + (b % CB) * nch + b / CB] = make_float4(v[0], v[1], v[2], v[3]);
             }
         }
     }
+    if (i8 && qsum != nullptr) {
+        qpart = __reduce_add_sync(0xffffffffu, qpart);
+        if (lane == 0) atomicAdd(&qtot, qpart);
+    }
     __syncthreads();
+    if (i8 && qsum != nullptr) *qsum = qtot;
     return i8 ? xscale8 : 1.f;
 }
 
@@ -822,9 +837,9 @@ MATVECG(tq2, TQ2, 4, 4) MATVECG(tq2, TQ2, 1, 16)
 // a product's whole share of the weights is in flight while the kernel
 // before ends and x is staged, where the row loops leave a DRAM round
 // trip after the wait each pass. Lane l takes chunk 32p + l of every row
-// (pass p < FULL), so it reads that chunk of x and sums it once for the
-// SR rows, then one a lane of the RP*32 (row, chunk) pairs left past the
-// full passes.
+// (pass p < FULL), so it reads that chunk of x once for the SR rows,
+// then one a lane of the RP*32 (row, chunk) pairs left past the full
+// passes; sum(x) is subtracted once a row, after the warp's sum.
 // One warp a row group (no grid loop); fusions as matvecs (the gate and
 // norm staged, accum, GO: the warp's first SR/2 rows gate and the rest up
 // of SR/2 pairs).
@@ -866,8 +881,12 @@ __device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restr
     stage_norm<V> sn;
     stage_pre<V>(sn, nw, w_add, nb);
     pdl_wait();
-    const float ys = stage_x<TQ2, V>(xsh, x, x2, act, cols, nw, sn, eps, w_add, true, nb);
+    int qs;  // sum(x) over the row: subtracted once a row (tq2_dot8)
+    const float ys = stage_x<TQ2, V>(xsh, x, x2, act, cols, nw, sn, eps, w_add, true, nb, &qs);
     const uint4* xq = reinterpret_cast<const uint4*>(xsh);
+    // iacc[r]: row r's sum(code * x). (Keeping the four plane sums apart
+    // to the end of the row, one combine a row rather than one a chunk,
+    // was 0.5% slower: registers.)
     int iacc[SR];
 #pragma unroll
     for (int r = 0; r < SR; r++) iacc[r] = 0;
@@ -875,12 +894,13 @@ __device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restr
     for (int p = 0; p < FULL; p++) {
         int xw[16];
         load_x8(xq, NCH, 32 * p + lane, xw);
-        const int xs = x8_sum(xw);
 #pragma unroll
         for (int r = 0; r < SR; r++) {
             const uint4 c = w[p * SR + r];
             const uint32_t u[4] = {c.x, c.y, c.z, c.w};
-            iacc[r] += tq2_dot8(u, xw, xs);
+            int t[4] = {0, 0, 0, 0};
+            tq2_planes(u, xw, t);
+            iacc[r] += tq2_combine(t);
         }
     }
 #pragma unroll
@@ -891,7 +911,9 @@ __device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restr
         load_x8(xq, NCH, 32 * FULL + k % RD, xw);
         const uint4 c = w[FULL * SR + m];
         const uint32_t u[4] = {c.x, c.y, c.z, c.w};
-        const int sd = tq2_dot8(u, xw, x8_sum(xw));
+        int t[4] = {0, 0, 0, 0};
+        tq2_planes(u, xw, t);
+        const int sd = tq2_combine(t);
 #pragma unroll
         for (int r = 0; r < SR; r++) iacc[r] += k / RD == r ? sd : 0;
     }
@@ -902,7 +924,7 @@ __device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restr
     if (lane != 0 || f0 >= outs) return;
     float v[SR];
 #pragma unroll
-    for (int r = 0; r < SR; r++) v[r] = (float)iacc[r] * ts[r] * ys;
+    for (int r = 0; r < SR; r++) v[r] = (float)(iacc[r] - qs) * ts[r] * ys;
     if (GO) {
 #pragma unroll
         for (int k = 0; k < SR / 2; k++)
@@ -915,7 +937,7 @@ __device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restr
 }
 
 // matvec_tq2_flat<NCH>[g]: matvec_flat for rows of NCH chunks (64*NCH
-// weights: 2048 to 4096), four rows a warp, NW warps a block, MINB blocks
+// weights), SR rows a warp, NW warps a block, MINB blocks
 // an SM (the host reads NW from the launch bounds, Device.maxThreads); g:
 // the gated output. Fewer, larger blocks stage x fewer times: 16 warps
 // took BitNet-2B decode from 1,117 to 1,216 tok/s against 8 (4 warps:
@@ -940,12 +962,7 @@ MATVEC_FLAT(4, 64, false, , 16, 1) MATVEC_FLAT(4, 64, true, g, 32, 1)
 // row a warp, 32 warps a block, so x is staged in one pass (BitNet-2B
 // decode 992 -> 1,051 tok/s; with two rows a warp and 8 warps, x staged in
 // three rounds, 915 -> 798).
-extern "C" __global__ void __launch_bounds__(1024) matvec_tq2_flat108(
-    const uint8_t* W, const __half* scales, float tscale, const float* x, float* y, int rows, int nb, int row_bytes,
-    const float* x2, int act, int cols, const float* nw, float eps, float w_add, int accum, int oact) {
-    matvec_flat<32, 1, 108, false>(W, scales, tscale, x, y, rows, nb, row_bytes, x2, act, cols, nw, eps, w_add, accum,
-                                   oact);
-}
+MATVEC_FLAT(1, 108, false, , 32, 1)
 
 // quantize_i8 quantizes x[0..n) to int8 by absmax, as BitNet does: one
 // block of 1024 threads per vector; block b reads x + b*n and writes
