@@ -11,6 +11,13 @@ enum { F32 = 0, F16 = 1, Q8 = 2, Q4 = 3, Q2 = 4, Q1 = 5, TQ2 = 6 };
 #define BN 64
 #define BK 32
 
+// code2 is the 2-bit code of weight c of a q2 or tq2 row (the layout:
+// 8 bytes a 32-weight block, bit pair j/8 of byte j%8).
+__device__ __forceinline__ int code2(const uint8_t* row, int c) {
+    const int b = c >> 5, j = c & 31;
+    return (row[b * 8 + (j & 7)] >> (2 * (j >> 3))) & 3;
+}
+
 // Weight c of a packed row, dequantized (the layout's definition).
 template <int FMT>
 __device__ __forceinline__ float wval(const uint8_t* row, const __half* sc, const __half* mn, float ts, int c,
@@ -23,8 +30,8 @@ __device__ __forceinline__ float wval(const uint8_t* row, const __half* sc, cons
         uint8_t v = row[b * 16 + (j & 15)];
         return __half2float(sc[g]) * (float)(j >= 16 ? v >> 4 : v & 15) + __half2float(mn[g]);
     }
-    if (FMT == Q2) return __half2float(sc[g]) * (float)((row[b * 8 + (j & 7)] >> (2 * (j >> 3))) & 3) + __half2float(mn[g]);
-    if (FMT == TQ2) return ts * (float)((int)((row[b * 8 + (j & 7)] >> (2 * (j >> 3))) & 3) - 1);
+    if (FMT == Q2) return __half2float(sc[g]) * (float)code2(row, c) + __half2float(mn[g]);
+    if (FMT == TQ2) return ts * (float)(code2(row, c) - 1);
     // Q1
     const float d = __half2float(sc[g]);
     return (row[b * 4 + (j >> 3)] >> (j & 7)) & 1 ? d : -d;
@@ -137,7 +144,7 @@ extern "C" __global__ void f32_to_f16(const float* __restrict__ x, __half* __res
 
 // Ternary prefill through cuBLAS's int8 GEMM (gpu/blas.go): a panel of tq2
 // rows is unpacked to int8 weights t in {-1, 0, 1} (dequant_i8_tq2, the
-// layout of wval), the GEMM sums t * q over the tokens' int8 activations q
+// layout of code2), the GEMM sums t * q over the tokens' int8 activations q
 // exactly in int32, and scale_i8_tq2 makes the sums floats as the
 // matrix-vector kernels do: sum * the row's scale * the token's scale.
 // cols is a multiple of 4 (four weights a thread at once).
@@ -146,13 +153,8 @@ extern "C" __global__ void __launch_bounds__(256)
     const size_t r = blockIdx.x;
     const uint8_t* row = W + r * row_bytes;
     for (int c = 4 * threadIdx.x; c < cols; c += 4 * blockDim.x) {
-        int8_t t[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int b = (c + i) >> 5, j = (c + i) & 31;
-            t[i] = (int8_t)(((row[b * 8 + (j & 7)] >> (2 * (j >> 3))) & 3) - 1);
-        }
-        *reinterpret_cast<char4*>(out + r * cols + c) = make_char4(t[0], t[1], t[2], t[3]);
+        *reinterpret_cast<char4*>(out + r * cols + c) =
+            make_char4(code2(row, c) - 1, code2(row, c + 1) - 1, code2(row, c + 2) - 1, code2(row, c + 3) - 1);
     }
 }
 

@@ -93,13 +93,11 @@ __device__ __forceinline__ void store_out(float* y, float v, int accum) {
 // tq2 with int8 x (BitNet's W2A8), one 16-byte chunk of 64 codes at a
 // time. load_x8 reads the chunk's 64 int8 values of x (16 words) from
 // stage_x's layout; x8_sum is their sum. Codes u are t + 1, two bits
-// each, so sum(t * x) = sum(code * x) - sum(x): tq2_planes adds the
-// chunk's sum(code * x) to four plane sums, tq2_combine makes them one
-// number, and tq2_dot8 is the chunk's whole sum(t * x). A product over
-// whole rows (matvec_flat) subtracts sum(x) once a row, from stage_x's
-// total, instead of summing x chunk by chunk (staging the chunks' sums
-// with x, 4 shuffles a value, had made BitNet-2B decode 3.5% slower,
-// 2026-11-24).
+// each, so sum(t * x) = sum(code * x) - sum(x): tq2_dot8 is the chunk's
+// sum(code * x) less xsum. The row loops pass the chunk's x8_sum; a
+// product over whole rows (matvec_flat) passes 0 and subtracts sum(x)
+// once a row, from stage_x's total (staging the chunks' sums with x, 4
+// shuffles a value, had made BitNet-2B decode 3.5% slower, 2026-11-24).
 __device__ __forceinline__ void load_x8(const uint4* xq, int nch, int c, int (&xw)[16]) {
 #pragma unroll
     for (int q = 0; q < 4; q++) {
@@ -125,7 +123,8 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
 // plane's sum is an exact multiple of 4^sh. One mask and one dp4a per
 // four weights, where shifting each plane down took a shift more
 // (BitNet-2B decode +3%, 2026-11-24).
-__device__ __forceinline__ void tq2_planes(const uint32_t* u, const int (&xw)[16], int (&a)[4]) {
+__device__ __forceinline__ int tq2_dot8(const uint32_t* u, const int (&xw)[16], int xsum) {
+    int a[4] = {0, 0, 0, 0};
 #pragma unroll
     for (int j = 0; j < 2; j++)
 #pragma unroll
@@ -133,12 +132,7 @@ __device__ __forceinline__ void tq2_planes(const uint32_t* u, const int (&xw)[16
 #pragma unroll
             for (int sh = 0; sh < 4; sh++)
                 a[sh] = dp4a_us(u[2 * j + k] & (0x03030303u << (2 * sh)), xw[8 * j + 2 * sh + k], a[sh]);
-}
-__device__ __forceinline__ int tq2_combine(const int (&a)[4]) { return a[0] + (a[1] >> 2) + (a[2] >> 4) + (a[3] >> 6); }
-__device__ __forceinline__ int tq2_dot8(const uint32_t* u, const int (&xw)[16], int xsum) {
-    int a[4] = {0, 0, 0, 0};
-    tq2_planes(u, xw, a);
-    return tq2_combine(a) - xsum;
+    return a[0] + (a[1] >> 2) + (a[2] >> 4) + (a[3] >> 6) - xsum;
 }
 
 // Dot of one 32-weight block at p (loaded here) with x[0..31].
@@ -884,9 +878,9 @@ __device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restr
     int qs;  // sum(x) over the row: subtracted once a row (tq2_dot8)
     const float ys = stage_x<TQ2, V>(xsh, x, x2, act, cols, nw, sn, eps, w_add, true, nb, &qs);
     const uint4* xq = reinterpret_cast<const uint4*>(xsh);
-    // iacc[r]: row r's sum(code * x). (Keeping the four plane sums apart
-    // to the end of the row, one combine a row rather than one a chunk,
-    // was 0.5% slower: registers.)
+    // iacc[r]: row r's sum(code * x). (Keeping tq2_dot8's four plane sums
+    // apart to the end of the row, one combine a row rather than one a
+    // chunk, was 0.5% slower: registers.)
     int iacc[SR];
 #pragma unroll
     for (int r = 0; r < SR; r++) iacc[r] = 0;
@@ -898,9 +892,7 @@ __device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restr
         for (int r = 0; r < SR; r++) {
             const uint4 c = w[p * SR + r];
             const uint32_t u[4] = {c.x, c.y, c.z, c.w};
-            int t[4] = {0, 0, 0, 0};
-            tq2_planes(u, xw, t);
-            iacc[r] += tq2_combine(t);
+            iacc[r] += tq2_dot8(u, xw, 0);
         }
     }
 #pragma unroll
@@ -911,9 +903,7 @@ __device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restr
         load_x8(xq, NCH, 32 * FULL + k % RD, xw);
         const uint4 c = w[FULL * SR + m];
         const uint32_t u[4] = {c.x, c.y, c.z, c.w};
-        int t[4] = {0, 0, 0, 0};
-        tq2_planes(u, xw, t);
-        const int sd = tq2_combine(t);
+        const int sd = tq2_dot8(u, xw, 0);
 #pragma unroll
         for (int r = 0; r < SR; r++) iacc[r] += k / RD == r ? sd : 0;
     }
