@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -119,6 +121,42 @@ func TestGatedKernel(t *testing.T) {
 		if got := gatedKernel(m, tc.mode); got != tc.want {
 			t.Errorf("gatedKernel(%s [64, %d], mode %d) = %v, want %v", tc.f, tc.cols, tc.mode, got, tc.want)
 		}
+	}
+}
+
+// TestFlatKernels checks flatKernels against the MATVEC_FLAT lines of
+// matvec.cu: the same NCH, rows a warp and gated twins (with the rows of
+// their plain kernel), so the host launches what the PTX holds.
+func TestFlatKernels(t *testing.T) {
+	src, err := kernelFS.ReadFile("kernels/matvec.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := regexp.MustCompile(`(?m)^MATVEC_FLAT.*$`)
+	call := regexp.MustCompile(`MATVEC_FLAT\((\d+), (\d+), (true|false), \w*, \d+, \d+\)`)
+	built := map[int]flatKernel{}
+	gatedRows := map[int]int{}
+	for _, l := range line.FindAllString(string(src), -1) {
+		for _, c := range call.FindAllStringSubmatch(l, -1) {
+			rows, _ := strconv.Atoi(c[1])
+			nch, _ := strconv.Atoi(c[2])
+			if c[3] == "true" {
+				gatedRows[nch] = rows
+				continue
+			}
+			built[nch] = flatKernel{rows: rows}
+		}
+	}
+	for nch, rows := range gatedRows {
+		k, ok := built[nch]
+		if !ok || k.rows != rows {
+			t.Errorf("matvec_tq2_flat%dg takes %d rows a warp, its plain kernel %+v", nch, rows, k)
+		}
+		k.gated = true
+		built[nch] = k
+	}
+	if fmt.Sprint(built) != fmt.Sprint(flatKernels) {
+		t.Errorf("matvec.cu builds flat kernels %v, flatKernels says %v", built, flatKernels)
 	}
 }
 

@@ -205,8 +205,7 @@ func (o matvecOpts) fused() bool {
 const gatedEnv = "LOWBIT_GATED"
 
 // gatedKernel says whether matvec.cu has a gated-output kernel for m's
-// format in kernel mode (MATVECG; MATVEC_FLAT's g kernels, which the
-// down projections' flat108 has not).
+// format in kernel mode (MATVECG; the flat kernels flatKernels marks).
 func gatedKernel(m *Matrix, mode int) bool {
 	switch m.Format {
 	case quantize.Q4:
@@ -214,33 +213,37 @@ func gatedKernel(m *Matrix, mode int) bool {
 	case quantize.Q8:
 		return mode == matvecS4W4 || mode == matvecS1W16
 	case quantize.TQ2:
-		return mode == matvecS4W4 || mode == matvecS1W16 || mode == matvecFlat && flatChunks(m) != 108
+		return mode == matvecS4W4 || mode == matvecS1W16 || mode == matvecFlat && flatKernels[flatChunks(m)].gated
 	}
 	return false
 }
 
-// flatChunks is NCH of the matvec_tq2_flat kernel m's rows take (rows of
-// NCH 16-byte chunks, 64*NCH weights), or 0 where none is built for their
-// length.
+// flatKernel is one matvec_tq2_flat<nch> of matvec.cu (a MATVEC_FLAT
+// line): rows a warp, and whether it has a gated twin (suffix g, taking
+// half as many pairs a warp). Its warps a block are its launch bounds
+// (Device.maxThreads).
+type flatKernel struct {
+	rows  int
+	gated bool
+}
+
+// flatKernels are the flat kernels built, by NCH (rows of NCH 16-byte
+// chunks, 64*NCH weights); TestFlatKernels checks them against matvec.cu.
+var flatKernels = map[int]flatKernel{
+	32: {4, true}, 40: {4, true}, 48: {4, true}, 64: {4, true},
+	108: {1, false}, // BitNet's down projection: one row a warp
+}
+
+// flatChunks is NCH of the matvec_tq2_flat kernel m's rows take, or 0
+// where none is built for their length.
 func flatChunks(m *Matrix) int {
 	if m.Format != quantize.TQ2 || m.blocks()%2 != 0 {
 		return 0
 	}
-	switch nch := m.blocks() / 2; nch {
-	case 32, 40, 48, 64, 108:
-		return nch
+	if _, ok := flatKernels[m.blocks()/2]; ok {
+		return m.blocks() / 2
 	}
 	return 0
-}
-
-// flatRows is the rows a warp of matvec_tq2_flat<nch> takes (MATVEC_FLAT;
-// 108: one row a warp, no gated output). Its warps a block are the
-// kernel's launch bounds (Device.maxThreads).
-func flatRows(nch int) int {
-	if nch == 108 {
-		return 1
-	}
-	return 4
 }
 
 // canFuse says whether m's product can take o's fused steps: it needs one
@@ -313,7 +316,7 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 		return d.launchPDL(fmt.Sprintf("matvec_%s_%d", m.Format, nt), grid1((m.Rows+3)/4), grid1(nt), 0, args...)
 	case matvecFlat:
 		nch := flatChunks(m)
-		perWarp := flatRows(nch) // rows a warp, or pairs
+		perWarp := flatKernels[nch].rows // rows a warp, or pairs
 		name, outs := fmt.Sprintf("matvec_tq2_flat%d", nch), m.Rows
 		if o.gated {
 			name, outs, perWarp = name+"g", m.Rows/2, perWarp/2
