@@ -55,6 +55,7 @@ type Backend struct {
 	// chain is the decode step ChainGreedy queued ahead (chain.go);
 	// noChain turns chaining off (tests compare the two).
 	chain   *chainedStep
+	running *chainedStep // the chained step Chained found queued, until ChainGreedy
 	noChain bool
 	// noGraphs runs every step directly (tests compare the two).
 	noGraphs bool
@@ -99,6 +100,14 @@ type gpuCache struct {
 type stepGraph struct {
 	runs int
 	g    *Graph
+	// enqueue queues the step (ReplayStep's, the latest call's); chain is
+	// the step captured again with the argmax of its logits at chainSrc
+	// after it (ChainGreedy, chain.go), tried once.
+	enqueue    func() error
+	chain      *Graph
+	chainSrc   Buffer
+	chainN     int
+	chainTried bool
 }
 
 // NewBackend makes a model backend on d for steps of at most maxStep
@@ -138,6 +147,9 @@ func (b *Backend) Close() {
 		for _, s := range b.steps {
 			if s.g != nil {
 				s.g.destroy()
+			}
+			if s.chain != nil {
+				s.chain.destroy()
 			}
 		}
 		for _, m := range b.fused {
@@ -315,7 +327,7 @@ func (b *Backend) SetStep(tokens []int, pos int) error {
 	}
 	b.n, b.first = len(tokens), pos
 	b.normed, b.gatedLast = 0, false
-	b.chain = nil
+	b.chain, b.running = nil, nil
 	b.op("step", func() error { return b.d.htod(b.step, 0, bytesOf(buf)) })
 	return nil
 }
@@ -660,6 +672,7 @@ func (b *Backend) ReplayStep(key any, enqueue func() error) error {
 		b.steps[key] = s
 	}
 	s.runs++
+	s.enqueue = enqueue
 	if s.g != nil {
 		b.op("graph", func() error { return b.d.launchGraph(s.g) })
 		return nil

@@ -190,7 +190,8 @@ func TestBackendGraphEqualsDirect(t *testing.T) {
 }
 
 // TestChainGreedy decodes greedily with each step chained on the device
-// (the next step queued on the argmax before its id comes back) and with
+// (the next step queued on the argmax before its id comes back; from the
+// second replay on, a graph with its own argmax at its end) and with
 // chaining off: the ids are the same at every step, also where the caller
 // breaks the chain (another token than the id, a truncated sequence) and
 // up to the end of the context, where nothing is chained.
@@ -232,6 +233,9 @@ func TestChainGreedy(t *testing.T) {
 			}
 			if cb.steps[chained] == nil || cb.steps[chained].runs > 20 {
 				t.Fatalf("chained steps were replayed by the session: %+v", cb.steps[chained])
+			}
+			if cb.steps[chained].chain == nil {
+				t.Fatal("the chained steps ran without their argmax in the graph")
 			}
 		})
 	}

@@ -79,9 +79,13 @@ type Device struct {
 	// queued says whether work went to the stream since it was last
 	// synchronized: copies to and from the host wait for it only then.
 	queued bool
-	// idHost is pinned host memory a chained greedy step's id is copied
-	// into, idEv the event that marks it there (chain.go).
-	idHost *int32
+	// idHost is pinned host memory a chained greedy step's id is written
+	// to, by the argmax kernel through its device address idDev (or by a
+	// copy), and idEv the event that marks it there (chain.go).
+	idHost *[2]int32
+	idDev  Buffer
+	// argmaxPart is the argmax kernel's scratch (argmaxScratch).
+	argmaxPart Buffer
 	idEv   uintptr
 
 	// Launch parameter slots, reused by every launch (device thread only).
@@ -214,6 +218,7 @@ func (d *Device) release() {
 		d.blas = nil
 	}
 	d.pool.freeAll(d)
+	d.argmaxPart = Buffer{}
 	for _, m := range d.mods {
 		c.call(fnModuleUnload, m)
 	}
@@ -224,7 +229,7 @@ func (d *Device) release() {
 	}
 	if d.idHost != nil {
 		c.call(fnMemFreeHost, uintptr(unsafe.Pointer(d.idHost)))
-		d.idHost = nil
+		d.idHost, d.idDev = nil, Buffer{}
 	}
 	if d.stream != 0 {
 		c.call(fnStreamDestroy, d.stream)

@@ -55,7 +55,7 @@ var driverSymbols = [...]string{
 	"cuStreamBeginCapture_v2", "cuStreamEndCapture", "cuGraphInstantiateWithFlags",
 	"cuGraphLaunch", "cuGraphExecDestroy", "cuGraphDestroy", "cuGetErrorName", "cuGetErrorString",
 	"cuDriverGetVersion", "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-	"cuMemAllocHost_v2", "cuMemFreeHost", "cuMemcpyDtoHAsync_v2", "cuFuncGetAttribute",
+	"cuMemAllocHost_v2", "cuMemFreeHost", "cuMemcpyDtoHAsync_v2", "cuFuncGetAttribute", "cuMemHostGetDevicePointer_v2",
 }
 
 // optionalSymbols are entry points used when the driver has them
@@ -108,6 +108,7 @@ const (
 	fnMemFreeHost
 	fnMemcpyDtoHAsync
 	fnFuncGetAttribute
+	fnMemHostGetDevicePointer
 	fnLaunchKernelEx // optional: zero when the driver lacks it
 	numFns
 )

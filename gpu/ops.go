@@ -108,12 +108,43 @@ func (d *Device) embed(m *Matrix, n int, tok, out Buffer, scale float32) error {
 
 // argmax queues out[0] = the index of the largest of x[0..n).
 func (d *Device) argmax(x Buffer, n int, out Buffer) error {
-	return d.argmaxChain(x, n, out, Buffer{}, Buffer{})
+	return d.argmaxChain(x, n, out, Buffer{}, Buffer{}, Buffer{})
 }
 
 // argmaxChain is argmax that, with tok set, also writes the index as the
-// token of the next decode step and advances its position pos[0] (device
-// thread).
-func (d *Device) argmaxChain(x Buffer, n int, out, tok, pos Buffer) error {
-	return d.launchPDL("argmax", grid1(1), grid1(1024), 0, argBuf(x), argInt(n), argBuf(out), argBuf(tok), argBuf(pos))
+// token of the next decode step and advances its position pos[0]; with
+// host set (mapped host memory, Device.idDev), the index goes to its slot
+// of the position's parity too (device thread).
+func (d *Device) argmaxChain(x Buffer, n int, out, tok, pos, host Buffer) error {
+	if err := d.argmaxScratch(); err != nil {
+		return err
+	}
+	// two float4s a thread (256 threads a block, kernels/norm.cu)
+	blocks := min(max((n/4+511)/512, 1), argmaxBlocks)
+	count := d.argmaxPart.slice(8*argmaxBlocks, 4)
+	return d.launchPDL("argmax", grid1(blocks), grid1(256), 0, argBuf(x), argInt(n), argBuf(out), argBuf(tok), argBuf(pos), argBuf(host),
+		argBuf(d.argmaxPart), argBuf(count))
+}
+
+// argmaxBlocks is the most blocks argmax spreads over.
+const argmaxBlocks = 128
+
+// argmaxScratch allocates, once, the argmax kernel's scratch: the blocks'
+// bests (an int2 each), then the counter of finished blocks, zeroed here
+// and by the kernel after each launch. Outside a graph capture: the
+// chained step's capture makes sure of it first (device thread).
+func (d *Device) argmaxScratch() error {
+	if d.argmaxPart.ptr != 0 {
+		return nil
+	}
+	b, err := d.pool.alloc(d, 8*argmaxBlocks+4, MemScratch)
+	if err != nil {
+		return err
+	}
+	if err := d.memset(b, 0); err != nil {
+		d.pool.release(b)
+		return err
+	}
+	d.argmaxPart = b
+	return nil
 }

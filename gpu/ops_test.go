@@ -215,6 +215,9 @@ func TestOps(t *testing.T) {
 				if want == n-1 {
 					want = n - 1
 				}
+				if i := r.IntN(n); i != want && i != n-1 {
+					x[i] = float32(math.NaN()) // NaNs never win
+				}
 			}
 			ob := up(t, d, []int32{-1}, 0)
 			xb := up(t, d, x, 0)

@@ -66,7 +66,7 @@ func TestNormKernels(t *testing.T) {
 func TestArgmaxOffsets(t *testing.T) {
 	d := openOrSkip(t)
 	r := rand.New(rand.NewPCG(23, 24))
-	for _, n := range []int{3, 7, 32001} {
+	for _, n := range []int{3, 7, 32001, 128257} {
 		for off := 0; off < 4; off++ {
 			x := gaussian(r, n+off)
 			want := off + r.IntN(n)
