@@ -86,7 +86,7 @@ type Device struct {
 	idDev  Buffer
 	// argmaxPart is the argmax kernel's scratch (argmaxScratch).
 	argmaxPart Buffer
-	idEv   uintptr
+	idEv       uintptr
 
 	// Launch parameter slots, reused by every launch (device thread only).
 	argv [maxParams]uint64
