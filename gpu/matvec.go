@@ -231,7 +231,7 @@ type flatKernel struct {
 // chunks, 64*NCH weights); TestFlatKernels checks them against matvec.cu.
 var flatKernels = map[int]flatKernel{
 	32: {4, true}, 40: {4, true}, 48: {4, true}, 64: {4, true},
-	108: {1, false}, // BitNet's down projection: one row a warp
+	108: {2, false}, // BitNet's down projection
 }
 
 // flatChunks is NCH of the matvec_tq2_flat kernel m's rows take, or 0

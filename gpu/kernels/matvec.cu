@@ -948,11 +948,15 @@ MATVEC_FLAT(4, 32, false, , 16, 1) MATVEC_FLAT(4, 32, true, g, 32, 1)
 MATVEC_FLAT(4, 40, false, , 16, 1) MATVEC_FLAT(4, 40, true, g, 32, 1)
 MATVEC_FLAT(4, 48, false, , 16, 1) MATVEC_FLAT(4, 48, true, g, 32, 1)
 MATVEC_FLAT(4, 64, false, , 16, 1) MATVEC_FLAT(4, 64, true, g, 32, 1)
-// matvec_tq2_flat108: rows of 6912 weights (BitNet's down projection), one
-// row a warp, 32 warps a block, so x is staged in one pass (BitNet-2B
-// decode 992 -> 1,051 tok/s; with two rows a warp and 8 warps, x staged in
-// three rounds, 915 -> 798).
-MATVEC_FLAT(1, 108, false, , 32, 1)
+// matvec_tq2_flat108: rows of 6912 weights (BitNet's down projection), two
+// rows a warp, 18 warps a block: 72 blocks for BitNet-2B's 2560 rows, so
+// more of them start (and fetch their weights) beside the gate/up product's
+// 108, and 576 threads stage x's 1728 float4s in one pass of three each
+// (decode 1,445 -> 1,465 tok/s against one row a warp and 32 warps, 80
+// blocks; 20 warps, 64 blocks: 1,454; 16 warps, x in two passes: 1,385;
+// 2026-11-24, H100. Earlier: one row a warp and 32 warps against 8 warps
+// and x in three passes, 992 -> 1,051).
+MATVEC_FLAT(2, 108, false, , 18, 1)
 
 // quantize_i8 quantizes x[0..n) to int8 by absmax, as BitNet does: one
 // block of 1024 threads per vector; block b reads x + b*n and writes
