@@ -933,9 +933,12 @@ __device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restr
 // took BitNet-2B decode from 1,117 to 1,216 tok/s against 8 (4 warps:
 // 868), and its gate/up product on 32 warps, one block an SM, to 1,245
 // (q/k/v and o on 8 or 32 warps: 1,203, 1,186). The plain products' grids
-// hold one block an SM at most (BitNet's q/k/v 60 blocks, o 40), so they
-// may take 128 registers: two blocks an SM forced 64 and spills (1,320 ->
-// 1,400). 2026-11-24, H100.
+// hold one block an SM at most (BitNet's q/k/v 80 blocks, o 54), so they
+// may take 128 registers and more: two blocks an SM forced 64 and spills
+// (1,320 -> 1,400). 2026-11-24, H100. The 2560-weight rows (BitNet-2B's
+// q/k/v and o) on 12 warps, 80 and 54 blocks: decode 1,470 -> 1,479
+// against 16 warps; 8, 10, 14, 18, 20, 24 warps: 1,397, 1,406, 1,451,
+// 1,434, 1,455, 1,437 (the same day, one machine).
 #define MATVEC_FLAT(SR, NCH, GO, suffix, NW, MINB)                                                            \
     extern "C" __global__ void __launch_bounds__(32 * NW, MINB) matvec_tq2_flat##NCH##suffix(                 \
         const uint8_t* W, const __half* scales, float tscale, const float* x, float* y, int rows, int nb,      \
@@ -945,7 +948,7 @@ __device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restr
                                      w_add, accum, oact);                                                     \
     }
 MATVEC_FLAT(4, 32, false, , 16, 1) MATVEC_FLAT(4, 32, true, g, 32, 1)
-MATVEC_FLAT(4, 40, false, , 16, 1) MATVEC_FLAT(4, 40, true, g, 32, 1)
+MATVEC_FLAT(4, 40, false, , 12, 1) MATVEC_FLAT(4, 40, true, g, 32, 1)
 MATVEC_FLAT(4, 48, false, , 16, 1) MATVEC_FLAT(4, 48, true, g, 32, 1)
 MATVEC_FLAT(4, 64, false, , 16, 1) MATVEC_FLAT(4, 64, true, g, 32, 1)
 // matvec_tq2_flat108: rows of 6912 weights (BitNet's down projection), two
