@@ -680,10 +680,30 @@ func (b *Backend) ReplayStep(key any, enqueue func() error) error {
 	if s.runs == 1 || b.noGraphs {
 		return enqueue()
 	}
-	// The operations queued before (the step's ids) run before the capture
-	// begins; the step's own run inside it, as the capture ends.
-	if err := b.run(func() error { return b.d.beginCapture() }); err != nil {
+	g, err := b.captureStep(nil, enqueue, nil)
+	if err != nil {
 		return err
+	}
+	s.g = g
+	b.op("graph", func() error { return b.d.launchGraph(g) })
+	return nil
+}
+
+// captureStep records what enqueue queues, then what tail queues (on the
+// device thread; nil: nothing), as a graph. The operations queued before
+// (the step's ids) run before the capture begins, then pre (on the device
+// thread; nil: nothing); the step's own operations run inside it, as the
+// capture ends.
+func (b *Backend) captureStep(pre, enqueue, tail func() error) (*Graph, error) {
+	if err := b.run(func() error {
+		if pre != nil {
+			if err := pre(); err != nil {
+				return err
+			}
+		}
+		return b.d.beginCapture()
+	}); err != nil {
+		return nil, err
 	}
 	ferr := enqueue()
 	q := b.queue
@@ -693,16 +713,17 @@ func (b *Backend) ReplayStep(key any, enqueue func() error) error {
 		if ferr == nil {
 			ferr = runAll(q)
 		}
+		if ferr == nil && tail != nil {
+			ferr = tail()
+		}
 		g, err = b.d.endCapture(ferr) // ends the capture whatever happened
 		return err
 	})
 	if err != nil {
 		b.fail(err)
-		return err
+		return nil, err
 	}
-	s.g = g
-	b.op("graph", func() error { return b.d.launchGraph(g) })
-	return nil
+	return g, nil
 }
 
 // Fuse implements model.Fuser: matrices of one format, width and group

@@ -96,34 +96,17 @@ func (b *Backend) captureChain(s *stepGraph, src Buffer, n int) error {
 	if s.enqueue == nil || b.noGraphs {
 		return nil
 	}
-	if err := b.run(func() error {
+	b.normed, b.gatedLast = 0, false
+	// (the argmax's scratch and the id's memory exist before the capture)
+	pre := func() error {
 		if err := b.d.hostID(); err != nil {
 			return err
 		}
-		if err := b.d.argmaxScratch(); err != nil {
-			return err
-		}
-		return b.d.beginCapture()
-	}); err != nil {
-		return err
+		return b.d.argmaxScratch()
 	}
-	b.normed, b.gatedLast = 0, false
-	ferr := s.enqueue()
-	q := b.queue
-	b.queue = nil
-	var g *Graph
-	err := b.d.do(func() (err error) {
-		if ferr == nil {
-			ferr = runAll(q)
-		}
-		if ferr == nil {
-			ferr = b.d.argmaxChain(src, n, b.idx, b.tok, b.pos, b.d.idDev)
-		}
-		g, err = b.d.endCapture(ferr) // ends the capture whatever happened
-		return err
-	})
+	tail := func() error { return b.d.argmaxChain(src, n, b.idx, b.tok, b.pos, b.d.idDev) }
+	g, err := b.captureStep(pre, s.enqueue, tail)
 	if err != nil {
-		b.fail(err)
 		return err
 	}
 	s.chain, s.chainSrc, s.chainN = g, src, n
