@@ -19,11 +19,11 @@ import (
 // into pinned host memory directly: between two steps the stream holds
 // only the event, where an argmax launched after the graph and a copy of
 // the id cost ~11 us a token (BitNet-2B and TinyLlama decode +1.6% and
-// +2%, 2026-11-24, H100). The next call finds
-// its step queued (Chained) when it continues with that id; any other
-// call discards it: it only wrote the cache one position past the
-// sequence, which the next real step there overwrites, and the logits,
-// which a greedy caller does not read.
+// +2%, 2026-11-24, H100). The next call finds its step queued (Chained)
+// when it continues with that id; any other call discards it: it only
+// wrote the cache one position past the sequence, which the next real
+// step there overwrites, and the logits, which a greedy caller does not
+// read.
 
 // chainedStep is the step ChainGreedy queued: key's, on token tok at pos;
 // argmaxed when its graph ends with the argmax of its logits at src.

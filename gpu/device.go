@@ -79,14 +79,14 @@ type Device struct {
 	// queued says whether work went to the stream since it was last
 	// synchronized: copies to and from the host wait for it only then.
 	queued bool
-	// idHost is pinned host memory a chained greedy step's id is written
-	// to, by the argmax kernel through its device address idDev (or by a
-	// copy), and idEv the event that marks it there (chain.go).
+	// idHost is pinned host memory the argmax kernel writes a chained
+	// greedy step's id to, through its device address idDev, and idEv the
+	// event that marks it there (chain.go).
 	idHost *[2]int32
 	idDev  Buffer
+	idEv   uintptr
 	// argmaxPart is the argmax kernel's scratch (argmaxScratch).
 	argmaxPart Buffer
-	idEv       uintptr
 
 	// Launch parameter slots, reused by every launch (device thread only).
 	argv [maxParams]uint64

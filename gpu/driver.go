@@ -55,7 +55,7 @@ var driverSymbols = [...]string{
 	"cuStreamBeginCapture_v2", "cuStreamEndCapture", "cuGraphInstantiateWithFlags",
 	"cuGraphLaunch", "cuGraphExecDestroy", "cuGraphDestroy", "cuGetErrorName", "cuGetErrorString",
 	"cuDriverGetVersion", "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-	"cuMemAllocHost_v2", "cuMemFreeHost", "cuMemcpyDtoHAsync_v2", "cuFuncGetAttribute", "cuMemHostGetDevicePointer_v2",
+	"cuMemAllocHost_v2", "cuMemFreeHost", "cuFuncGetAttribute", "cuMemHostGetDevicePointer_v2",
 }
 
 // optionalSymbols are entry points used when the driver has them
@@ -106,7 +106,6 @@ const (
 	fnOccupancy
 	fnMemAllocHost
 	fnMemFreeHost
-	fnMemcpyDtoHAsync
 	fnFuncGetAttribute
 	fnMemHostGetDevicePointer
 	fnLaunchKernelEx // optional: zero when the driver lacks it
