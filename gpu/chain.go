@@ -26,12 +26,12 @@ import (
 // read.
 
 // chainedStep is the step ChainGreedy queued: key's, on token tok at pos;
-// argmaxed when its graph ends with the argmax of its logits at src.
+// argmaxed when it ran as the graph that ends with its argmax
+// (stepGraph.chain).
 type chainedStep struct {
 	key      any
 	tok, pos int
 	argmaxed bool
-	src      Buffer
 }
 
 // ChainGreedy implements model.GreedyChainer: the argmax of src[0..n),
@@ -49,16 +49,19 @@ func (b *Backend) ChainGreedy(key any, src model.Buf, n int) (int, error) {
 		return 0, b.err
 	}
 	sb := src.(gpuBuf).b
-	// The step running now computed its argmax where it ran.
-	argmaxed := run != nil && run.key == key && run.argmaxed && run.src == sb && s.chainN == n
 	if s.chain == nil && !s.chainTried {
 		if err := b.captureChain(s, sb, n); err != nil {
 			return 0, err
 		}
 	}
-	next, inGraph := s.g, false
-	if s.chain != nil && s.chainSrc == sb && s.chainN == n {
-		next, inGraph = s.chain, true
+	// The chained graph takes the argmax of these logits (the caller's
+	// are the same each step); the step running now, when it was that
+	// graph, has computed it already.
+	fits := s.chain != nil && s.chainSrc == sb && s.chainN == n
+	argmaxed := fits && run != nil && run.key == key && run.argmaxed
+	next := s.g
+	if fits {
+		next = s.chain
 	}
 	var id int32
 	err := b.run(func() error {
@@ -84,7 +87,7 @@ func (b *Backend) ChainGreedy(key any, src model.Buf, n int) (int, error) {
 		return 0, err
 	}
 	b.first++
-	b.chain = &chainedStep{key: key, tok: int(id), pos: b.first, argmaxed: inGraph, src: sb}
+	b.chain = &chainedStep{key: key, tok: int(id), pos: b.first, argmaxed: fits}
 	return int(id), nil
 }
 

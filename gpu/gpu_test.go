@@ -100,8 +100,8 @@ func FuzzParsePTXHash(f *testing.F) {
 }
 
 // TestGatedKernel checks which kernels say they have a gated output: the
-// flat tq2 kernels but the down projections' (6912 weights a row, one row
-// a warp), and the MATVECG list of matvec.cu.
+// flat tq2 kernels but the down projections' (6912 weights a row), and the
+// MATVECG list of matvec.cu.
 func TestGatedKernel(t *testing.T) {
 	for _, tc := range []struct {
 		f          quantize.Format
