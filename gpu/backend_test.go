@@ -380,3 +380,48 @@ func TestFuseTQ2(t *testing.T) {
 		check(t, "joined tq2, "+path, ref, down[float32](t, d, yb, len(ref)), 1e-3)
 	}
 }
+
+// TestBackendFlatKernels decodes a BitNet fixture whose ternary products
+// all take the flat kernels (2048 weights a row: q/k/v, o, gate/up with
+// the gated output, down) and again with every product forced onto the
+// row-loop kernel (one row a warp, 16 warps), fed the same tokens: the
+// logits agree. (Against the CPU this fixture rounds one int8 activation
+// the other way at its fourth step, on either kernel: float sums in
+// another order, as TestBackendMatchesCPU allows for.)
+func TestBackendFlatKernels(t *testing.T) {
+	d := openOrSkip(t)
+	spec := fixture.Spec{Arch: "BitNetForCausalLM", Hidden: 2048, Intermediate: 2048, Layers: 2, Heads: 16, KVHeads: 4,
+		HeadDim: 128, Vocab: 256, Seed: 5}
+	m := fixtureModel(t, spec, quantize.TQ2)
+	flat, fb := newGPUSession(t, d, m, 64, 4)
+	rows, _ := newGPUSession(t, d, m, 64, 4)
+	mode := func(k int) { d.do(func() error { d.matvecMode = k; return nil }) }
+	t.Cleanup(func() { mode(0) })
+	forward := func(s *model.Session, k int, tok []int) []float32 {
+		mode(k)
+		defer mode(0)
+		l, err := s.Forward(t.Context(), tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	tok := []int{3}
+	for step := 0; step < 12; step++ {
+		a, b := forward(flat, 0, tok), forward(rows, matvecS1W16, tok)
+		if e := relL2Of(a, b); !(e < 1e-5) {
+			t.Fatalf("step %d: flat kernels' logits off the row-loop kernels' by relative L2 %.3g", step, e)
+		}
+		tok = []int{argmaxOf(b)}
+	}
+	if len(fb.fused) == 0 {
+		t.Fatal("no fused q/k/v or gate/up weights")
+	}
+	for _, w := range fb.fused {
+		var k int
+		d.do(func() error { k = d.kernelFor(w, matvecOpts{act: -1, int8: true}); return nil })
+		if k != matvecFlat {
+			t.Errorf("fused %dx%d weight takes kernel %d, not the flat one", w.Rows, w.Cols, k)
+		}
+	}
+}

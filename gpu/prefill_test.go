@@ -505,7 +505,7 @@ func TestMatVecFused(t *testing.T) {
 func TestMatVecGated(t *testing.T) {
 	d := openOrSkip(t)
 	r := rand.New(rand.NewPCG(35, 36))
-	for _, sh := range []struct{ rows, cols int }{{200, 128}, {1024, 256}, {264, 2560}, {8192, 4096}} {
+	for _, sh := range []struct{ rows, cols int }{{200, 128}, {1024, 256}, {264, 2560}, {4096, 2048}, {8192, 4096}} {
 		for _, f := range []quantize.Format{quantize.Q8, quantize.Q4, quantize.TQ2} {
 			t.Run(fmt.Sprintf("%s/%dx%d", f, sh.rows, sh.cols), func(t *testing.T) {
 				w, x, g, y0 := gaussian(r, sh.rows*sh.cols), gaussian(r, sh.cols), gaussian(r, sh.cols), gaussian(r, sh.rows)
