@@ -43,6 +43,7 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
                             const float2* __restrict__ rope_cs, int window, int slice_len) {
     constexpr int LP = 32 / G2, DL = HD / LP;
     static_assert(DL % 2 == 0 && DL <= 64 && LP >= 2, "lane slice");
+    static_assert(NW <= 32 && HD % 32 == 0, "the combine's factors: a lane a warp, one head a warp");
     extern __shared__ float red[];  // [NW][G][HD] each warp's weighted value sums
     __shared__ float wm[NW][G2], wl[NW][G2], stat[G2];
     __shared__ int last;
@@ -187,14 +188,22 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
     // The block's sums per head: each warp's rescaled to the largest max
     // (a warp without positions has max -inf and adds nothing). One slice:
     // the output; more: the slice's partial (sums, max, sum of weights).
+    // Whole warps take outputs, one head a warp (HD is a multiple of 32):
+    // lane w < NW computes warp w's factor exp(m_w - M) once and the
+    // lanes take it by a shuffle, rather than every thread computing the
+    // NW exponentials (the same factors, sums and order as that).
     float* mine = part + ((size_t)blk * S + s) * G * (HD + 2);
     for (int i = t; i < G * HD; i += blockDim.x) {
         const int h = i / HD, j = i % HD;
-        float M = -INFINITY;
-        for (int w = 0; w < NW; w++) M = fmaxf(M, wm[w][h]);
+        const float mw = lane < NW ? wm[lane][h] : -INFINITY;
+        float M = mw;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        const float fw = lane < NW ? __expf(mw - M) : 0.f;
         float a = 0.f, L = 0.f;
+#pragma unroll
         for (int w = 0; w < NW; w++) {
-            const float f = __expf(wm[w][h] - M);
+            const float f = __shfl_sync(0xffffffffu, fw, w);
             a += f * red[(w * G + h) * HD + j];
             L += f * wl[w][h];
         }
