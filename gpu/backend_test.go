@@ -396,10 +396,9 @@ func TestBackendFlatKernels(t *testing.T) {
 	flat, fb := newGPUSession(t, d, m, 64, 4)
 	rows, _ := newGPUSession(t, d, m, 64, 4)
 	mode := func(k int) { d.do(func() error { d.matvecMode = k; return nil }) }
-	t.Cleanup(func() { mode(0) })
 	forward := func(s *model.Session, k int, tok []int) []float32 {
 		mode(k)
-		defer mode(0)
+		defer mode(0) // (t.Fatal too runs it)
 		l, err := s.Forward(t.Context(), tok)
 		if err != nil {
 			t.Fatal(err)

@@ -211,10 +211,7 @@ func TestOps(t *testing.T) {
 			want := r.IntN(n)
 			x[want] = 10
 			if n > 2 {
-				x[n-1] = 10 // a tie: the first index wins
-				if want == n-1 {
-					want = n - 1
-				}
+				x[n-1] = 10 // a tie: the first index (want) wins
 				if i := r.IntN(n); i != want && i != n-1 {
 					x[i] = float32(math.NaN()) // NaNs never win
 				}
