@@ -13,11 +13,11 @@ import (
 
 func TestRandomTensor(t *testing.T) {
 	for _, f := range []quantize.Format{quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1, quantize.TQ2} {
-		a, err := randomTensor(f, 5, 256, 3)
+		a, err := randomTensor(f, 5, 256, f.DefaultGroupSize(), 3)
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		b, _ := randomTensor(f, 5, 256, 3)
+		b, _ := randomTensor(f, 5, 256, f.DefaultGroupSize(), 3)
 		if string(a.Data) != string(b.Data) {
 			t.Fatalf("%s: same seed, different codes", f)
 		}

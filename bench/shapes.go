@@ -81,13 +81,16 @@ func RandomModel(ctx context.Context, shape string, f quantize.Format, seed uint
 				weights[i] = randomHalf(rows, cols, seed+uint64(i))
 				return nil
 			}
-			tf := f
-			if name == "model.embed_tokens.weight" && (!cfg.TieEmbeddings || f == quantize.TQ2) {
-				// An untied table is only looked up; a ternary model keeps
-				// its (tied) table and head at 8 bits, as convert makes it.
-				tf = quantize.Q8
+			tf, gs := f, f.DefaultGroupSize()
+			if name == "model.embed_tokens.weight" {
+				if !cfg.TieEmbeddings || f == quantize.TQ2 {
+					// An untied table is only looked up; a ternary model keeps
+					// its (tied) table and head at 8 bits, as convert makes it.
+					tf = quantize.Q8
+				}
+				gs = tf.TableGroupSize()
 			}
-			t, err := randomTensor(tf, rows, cols, seed+uint64(i))
+			t, err := randomTensor(tf, rows, cols, gs, seed+uint64(i))
 			if err != nil {
 				return fmt.Errorf("bench: %s: %w", name, err)
 			}
@@ -105,11 +108,12 @@ func RandomModel(ctx context.Context, shape string, f quantize.Format, seed uint
 	return model.New(cfg, ws)
 }
 
-// randomTensor is a [rows, cols] tensor of random codes in format f.
-func randomTensor(f quantize.Format, rows, cols int, seed uint64) (*quantize.Tensor, error) {
+// randomTensor is a [rows, cols] tensor of random codes in format f, in
+// groups of gs weights (none for tq2).
+func randomTensor(f quantize.Format, rows, cols, gs int, seed uint64) (*quantize.Tensor, error) {
 	t := &quantize.Tensor{Format: f, Rows: rows, Cols: cols}
 	if f != quantize.TQ2 {
-		t.GroupSize = f.DefaultGroupSize()
+		t.GroupSize = gs
 	}
 	r := rand.New(rand.NewPCG(seed, 0x6c6f77626974))
 	t.Data = make([]byte, rows*t.RowBytes())

@@ -31,6 +31,10 @@ type Options struct {
 	// Bits is the format of linear weights: 1, 2, 4, 8 or ternary (also q1...q8, tq2, f16, bf16, f32).
 	Bits      string
 	GroupSize int
+	// TableGroupSize is the group of the token embeddings and the output
+	// head when quantized (0: 128 at 8 bits, quantize.Format.TableGroupSize;
+	// at fewer bits GroupSize's).
+	TableGroupSize int
 	// EmbeddingBits and OutputBits are the formats of the token embeddings and
 	// the output head (default 8; "f16", "bf16" or "f32" keep them as floats).
 	EmbeddingBits string
@@ -80,6 +84,7 @@ type Result struct {
 type settings struct {
 	linear, embedding, output quantize.Format
 	groupSize                 int
+	tableGroupSize            int // 0: the table format's TableGroupSize or groupSize (tableGroup)
 	search                    bool
 	allowNonFinite            bool
 	workers                   int
@@ -240,13 +245,19 @@ func resolveSettings(opts Options, cfg model.Config) (settings, error) {
 	if s.output, err = parse("--output-bits", opts.OutputBits); err != nil {
 		return s, err
 	}
-	if opts.GroupSize < 0 {
-		return s, fmt.Errorf("--group-size %d must be positive", opts.GroupSize)
-	}
-	if opts.GroupSize > 0 && opts.GroupSize%32 != 0 {
-		return s, fmt.Errorf("--group-size %d must be a multiple of 32", opts.GroupSize)
+	for _, g := range []struct {
+		flag string
+		n    int
+	}{{"--group-size", opts.GroupSize}, {"--table-group-size", opts.TableGroupSize}} {
+		if g.n < 0 {
+			return s, fmt.Errorf("%s %d must be positive", g.flag, g.n)
+		}
+		if g.n > 0 && g.n%32 != 0 {
+			return s, fmt.Errorf("%s %d must be a multiple of 32", g.flag, g.n)
+		}
 	}
 	s.groupSize = opts.GroupSize
+	s.tableGroupSize = opts.TableGroupSize
 	if s.groupSize == 0 && s.linear.Quantized() {
 		s.groupSize = s.linear.DefaultGroupSize()
 	}
@@ -257,6 +268,19 @@ func resolveSettings(opts Options, cfg model.Config) (settings, error) {
 		s.workers = runtime.GOMAXPROCS(0)
 	}
 	return s, nil
+}
+
+// tableGroup is the group of an embedding table or head stored in f:
+// --table-group-size, else f's TableGroupSize at 8 bits, else the linear
+// weights' group (0: f's default).
+func (s settings) tableGroup(f quantize.Format) int {
+	switch {
+	case s.tableGroupSize > 0:
+		return s.tableGroupSize
+	case f == quantize.Q8:
+		return f.TableGroupSize()
+	}
+	return s.groupSize
 }
 
 // resolveSource finds the model directory: a local path, else a Hub repo

@@ -73,8 +73,8 @@ func TestConvertEveryBits(t *testing.T) {
 						t.Errorf("%s: norm stored as %s, want f32", name, e.Format)
 					}
 				case strings.Contains(name, "embed_tokens") || strings.Contains(name, "lm_head"):
-					if e.Format != "q8" {
-						t.Errorf("%s: stored as %s, want q8", name, e.Format)
+					if e.Format != "q8" || e.GroupSize != 128 {
+						t.Errorf("%s: stored as %s in groups of %d, want q8 in groups of 128", name, e.Format, e.GroupSize)
 					}
 				default:
 					if e.Format != string(tc.format) {
@@ -142,6 +142,54 @@ func checkDequant(t *testing.T, dir string, m *manifest.Manifest, e *manifest.Te
 	got := quantize.RelL2(orig, q.Dequantize())
 	if math.Abs(got-want) > 1e-6*math.Max(1, want) {
 		t.Errorf("%s: dequantized error %v, manifest says %v", e.Name, got, want)
+	}
+}
+
+// TestTableGroupSize: the embeddings' and head's group follows
+// --table-group-size, else 128 at 8 bits, else the linear weights' group.
+func TestTableGroupSize(t *testing.T) {
+	tests := []struct {
+		name        string
+		opts        Options
+		embed, head int // groups in the manifest
+		err         string
+	}{
+		{"8-bit tables", Options{Bits: "4", GroupSize: 64}, 128, 128, ""},
+		{"given", Options{Bits: "4", TableGroupSize: 32}, 32, 32, ""},
+		{"4-bit tables follow --group-size", Options{Bits: "2", GroupSize: 64, EmbeddingBits: "4"}, 64, 128, ""},
+		{"4-bit tables of a ternary model", Options{Bits: "ternary", EmbeddingBits: "4", OutputBits: "4"}, 32, 32, ""},
+		{"float head", Options{Bits: "4", OutputBits: "f16"}, 128, 0, ""},
+		{"not a multiple of 32", Options{Bits: "4", TableGroupSize: 48}, 0, 0, "--table-group-size 48 must be a multiple of 32"},
+		{"negative", Options{Bits: "4", TableGroupSize: -32}, 0, 0, "--table-group-size -32 must be positive"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			src := filepath.Join(t.TempDir(), "src")
+			if err := fixture.Llama().Write(src); err != nil {
+				t.Fatal(err)
+			}
+			opts := tc.opts
+			opts.Source, opts.Out, opts.NoValidate = src, filepath.Join(t.TempDir(), "out"), true
+			res, err := Run(context.Background(), opts)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want one mentioning %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := manifest.Read(res.OutDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, want := range map[string]int{"model.embed_tokens.weight": tc.embed, "lm_head.weight": tc.head} {
+				if e, ok := m.Tensor(name); !ok || e.GroupSize != want {
+					t.Errorf("%s: %+v, want group %d", name, e, want)
+				}
+			}
+		})
 	}
 }
 

@@ -96,7 +96,10 @@ func planTensors(cfg model.Config, set *safetensors.Set, s settings) ([]*tensorP
 				return nil, fmt.Errorf("tensor %s: empty weight of shape %v", name, info.Shape)
 			}
 			p.group = s.groupSize
-			if p.group == 0 || p.format == quantize.TQ2 || p.format == quantize.Q8 && p.role != model.RoleLinear {
+			if p.role != model.RoleLinear {
+				p.group = s.tableGroup(p.format)
+			}
+			if p.group == 0 {
 				p.group = p.format.DefaultGroupSize()
 			}
 			if p.format == quantize.TQ2 {

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"lowbit/quantize"
 )
 
 // Entry is one model of the built-in registry: a short alias for a Hub repo,
@@ -97,14 +99,14 @@ func (e Entry) TotalParams() int64 {
 }
 
 // EstimateBytes is the approximate size of the converted model's weights for
-// the given --bits, with embeddings and head at 8-bit and norms in F32, as
-// the converter stores them by default.
+// the given --bits, with embeddings and head at 8-bit (128-weight groups) and
+// norms in F32, as the converter stores them by default.
 func (e Entry) EstimateBytes(bits string) (int64, error) {
 	bpw, err := BitsPerWeight(bits, 0)
 	if err != nil {
 		return 0, err
 	}
-	q8, _ := BitsPerWeight("8", 0)
+	q8, _ := BitsPerWeight("8", quantize.Q8.TableGroupSize())
 	l, em, h, o := e.Params()
 	b := float64(l)*bpw/8 + float64(em+h)*q8/8 + float64(o)*4
 	return int64(b), nil
