@@ -300,7 +300,8 @@ func New(cfg Config, weights map[string]*Weight) (*Model, error) {
 }
 
 // Quantize replaces the float linear weights by format f and the embedding
-// and output head by q8, in place, one tensor per worker (0: GOMAXPROCS);
+// and output head by q8 (in groups of its TableGroupSize, as convert stores
+// them), in place, one tensor per worker (0: GOMAXPROCS);
 // norms stay float32. It lets an HF directory run quantized without
 // converting it first (and tests compare the two paths).
 func (m *Model) Quantize(ctx context.Context, f quantize.Format, opt quantize.Options, workers int) error {
@@ -321,7 +322,7 @@ func (m *Model) Quantize(ctx context.Context, f quantize.Format, opt quantize.Op
 		switch m.Config.TensorRole(name) {
 		case RoleLinear:
 		case RoleEmbedding, RoleOutput:
-			format, o.GroupSize = quantize.Q8, 0
+			format, o.GroupSize = quantize.Q8, quantize.Q8.TableGroupSize()
 		default:
 			continue
 		}
