@@ -24,9 +24,14 @@ var benchShapes = []struct {
 
 // randomTensor builds a tensor of format f with random packed codes and
 // plausible scales: speed does not depend on the values, and quantizing
-// the 7B shapes on the CPU would dominate the benchmark's run time.
+// the 7B shapes on the CPU would dominate the benchmark's run time. Heads
+// (32000 rows or more) have the groups convert gives them
+// (TableGroupSize), the others the format's default.
 func randomTensor(r *rand.Rand, f quantize.Format, rows, cols int) *quantize.Tensor {
 	t := &quantize.Tensor{Format: f, Rows: rows, Cols: cols, GroupSize: f.DefaultGroupSize(), Scale: 0.02}
+	if rows >= 32000 {
+		t.GroupSize = f.TableGroupSize()
+	}
 	t.Data = make([]byte, rows*t.RowBytes())
 	for i := range t.Data {
 		t.Data[i] = byte(r.Uint32())
