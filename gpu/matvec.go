@@ -288,13 +288,13 @@ func (d *Device) kernelFor(m *Matrix, o matvecOpts) int {
 }
 
 // stagedBytes is the shared memory x takes staged (stage_x in matvec.cu):
-// int8 x a byte a value; q4's int16 x two bytes a value plus a scale and
+// int8 x a byte a value; q4's and q8's int16 x two bytes a value plus a scale and
 // a sum a block; float x four bytes a value.
 func stagedBytes(m *Matrix, o matvecOpts) int {
 	switch {
 	case o.int8:
 		return m.blocks() * 32
-	case m.Format == quantize.Q4:
+	case m.Format == quantize.Q4 || m.Format == quantize.Q8:
 		return m.blocks() * 72
 	}
 	return m.blocks() * 32 * 4

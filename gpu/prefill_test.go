@@ -563,7 +563,7 @@ func TestMatVecGated(t *testing.T) {
 // against float64.
 func fusedTol(f quantize.Format) float64 {
 	switch f {
-	case quantize.Q4:
+	case quantize.Q4, quantize.Q8:
 		return 3e-4 // x rounded to int16 (see TestMatVec)
 	case quantize.TQ2:
 		return 1e-3 // a float32 sum may round an int8 code the other way

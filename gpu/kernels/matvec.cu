@@ -394,7 +394,7 @@ template <int FMT, int V>
 __device__ float stage_x(float4* xsh, const float* x, const float* x2, int act, int cols,
                          const float* __restrict__ nw, const stage_norm<V>& sn, float eps, float w_add, bool i8,
                          int nb, int* qsum = nullptr) {
-    if (FMT == Q4 && !i8) {
+    if ((FMT == Q4 || FMT == Q8) && !i8) {
         stage_q4<FMT>(xsh, x, x2, act, cols, nw, eps, w_add, nb);
         return 1.f;
     }
@@ -552,7 +552,7 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     // q4 takes x rounded to int16 per 32-weight block (relative error
     // under 2^-15 of the block's largest value): its integer dot products
     // cost a third of the float ones, which bound q4 below the bandwidth.
-    constexpr bool I16 = FMT == Q4;
+    constexpr bool I16 = FMT == Q4 || FMT == Q8;
     // tq2 with qx takes x as BitNet does: int8 by the vector's absmax
     // (after the gate and norm), integer dot products (dp4a).
     const bool I8 = FMT == TQ2 && qx;
@@ -623,7 +623,7 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     if (loaded) load_all(c0, nxt, nsc, nmn);
     constexpr int V = stage_v<NW>();
     stage_norm<V> sn;
-    if (FMT != Q4) stage_pre<V>(sn, nw, w_add, nb);  // (q4 stages x its own way: stage_q4)
+    if (!I16) stage_pre<V>(sn, nw, w_add, nb);  // (q4 and q8 stage x their own way: stage_q4)
     pdl_wait();  // x is the previous kernel's output
     // ys scales every output (int8 x's scale; 1 for float x).
     const float ys = stage_x<FMT, V>(xsh, x, x2, act, cols, nw, sn, eps, w_add, I8, nb);
@@ -685,6 +685,15 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
 #pragma unroll
                     for (int r = 0; r < SROWS; r++) {
                         int sd = 0;
+                        if (FMT == Q8) {  // signed codes, four a word: 32 weights in 16 instructions
+#pragma unroll
+                            for (int k = 0; k < 8; k++) {
+                                sd = __dp2a_lo(xw[2 * k], (int)cur[r][k], sd);
+                                sd = __dp2a_hi(xw[2 * k + 1], (int)cur[r][k], sd);
+                            }
+                            acc[r] += __half2float(csc[r][kb]) * (xs * (float)sd);
+                            continue;
+                        }
 #pragma unroll
                         for (int k = 0; k < 4; k++) {
                             const uint32_t u = cur[r][kb * 4 + k];
