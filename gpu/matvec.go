@@ -404,8 +404,10 @@ var matvecKernels = []int{matvecS4W4, matvecS2W4, matvecS2W8, matvecS1W8, matvec
 // of all these, q4 matrices of 4096 rows and columns or more (Llama-2-7B's)
 // take one row a warp and 32 warps, one block an SM (its decode +0.5%
 // against 16 warps and the split-K down projection, 2026-11-24), and q8
-// heads of 65536 rows or more (BitNet-2B's 128256x2560) 4 rows a warp
-// (125.5 -> 122.0 us, 95% of the copy rate).
+// heads of 65536 rows or more (BitNet-2B's 128256x2560) two rows a warp
+// and 8 warps (with int16 x and 128-weight groups 120.9-121.7 us against
+// 122.7-125.6 for 4 rows a warp and 4 warps, 96% of the copy rate;
+// BitNet-2B decode +0.1-0.3%).
 func matvecKernel(f quantize.Format, rows, cols int) int {
 	wide := cols > 2*rows
 	switch {
@@ -416,7 +418,7 @@ func matvecKernel(f quantize.Format, rows, cols int) int {
 	case wide && (f == quantize.Q8 || f == quantize.Q4 || f == quantize.TQ2):
 		return matvecS1W32K2
 	case f == quantize.Q8 && rows >= 65536:
-		return matvecS4W4
+		return matvecS2W8
 	case f == quantize.Q8, f == quantize.Q4 && cols >= 4096, f == quantize.TQ2 && rows < 8192:
 		return matvecS1W16
 	case rows >= 8192:
