@@ -320,7 +320,7 @@ func TestMatVec(t *testing.T) {
 				}
 				// q4's and q8's shared-memory kernels round x to int16 per
 				// 32-weight block (integer dot products): about 2e-5
-				// relative, a hundredth of q4's own rounding, a tenth of q8's.
+				// relative, far below either format's own rounding.
 				tol := 2e-5
 				if f == quantize.Q4 || f == quantize.Q8 {
 					tol = 1e-4

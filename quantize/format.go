@@ -108,8 +108,8 @@ func (f Format) DefaultGroupSize() int {
 // largest tensors, and at batch 1 the head is read whole every token; at 8
 // bits a 128-weight group cuts the fp16 scales from 6% of its bytes to 1.6%
 // (8.125 bits a weight against 8.5) for a rounding error 1.2x-1.3x larger on
-// Gaussian or Laplace rows (0.65% and 0.88% relative, against 0.54% and
-// 0.67%), still well below what 6-bit heads cost (BitNet-2B decode +1.4%,
+// Gaussian or Laplace rows (0.64% and 0.88% relative, against 0.52% and
+// 0.66%), still well below what 6-bit heads cost (BitNet-2B decode +1.3%,
 // H100, BENCHMARKS.md).
 func (f Format) TableGroupSize() int {
 	if f == Q8 {
