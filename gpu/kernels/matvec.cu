@@ -286,13 +286,13 @@ __device__ __forceinline__ void stage_pre(stage_norm<V>& sn, const float* __rest
     }
 }
 
-// stage_q4 is stage_x for q4's and q8's int16 x (the layout below): four threads
-// a 32-weight block, eight values each, the block's largest |value| and
-// sum by shuffles among the four; the RMSNorm's statistics in a pass of
-// their own. (stage_x's way, every value of a thread read at once and
+// stage_i16 is stage_x for q4's and q8's int16 x (the layout below): four
+// threads a 32-weight block, eight values each, the block's largest
+// |value| (and for q4, whose minimums need it, its sum) by shuffles among
+// the four; the RMSNorm's statistics in a pass of their own. (stage_x's way, every value of a thread read at once and
 // kept in registers, measured slower here: TinyLlama q4 decode -4%.)
 template <int FMT>
-__device__ void stage_q4(float4* xsh, const float* x, const float* x2, int act, int cols,
+__device__ void stage_i16(float4* xsh, const float* x, const float* x2, int act, int cols,
                          const float* __restrict__ nw, float eps, float w_add, int nb) {
     constexpr int CB = chunk_blocks<FMT>();
     const int nch = nb / CB, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
@@ -348,13 +348,17 @@ __device__ void stage_q4(float4* xsh, const float* x, const float* x2, int act, 
             for (int j = 0; j < 8; j++)  // past cols: zeros, whatever the buffers hold
                 if (8 * i + j >= cols) v[j] = 0.f;
         }
+        constexpr bool SUM = FMT == Q4;
         float m = 0.f, sum = 0.f;
 #pragma unroll
-        for (int j = 0; j < 8; j++) m = fmaxf(m, fabsf(v[j])), sum += v[j];
+        for (int j = 0; j < 8; j++) {
+            m = fmaxf(m, fabsf(v[j]));
+            if (SUM) sum += v[j];
+        }
 #pragma unroll
         for (int o = 1; o < 4; o <<= 1) {
             m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (SUM) sum += __shfl_xor_sync(0xffffffffu, sum, o);
         }
         const float inv = m > 0.f ? 32767.f / m : 0.f;
         uint32_t w[4];
@@ -363,7 +367,10 @@ __device__ void stage_q4(float4* xsh, const float* x, const float* x2, int act, 
             w[j] = (uint32_t)(uint16_t)__float2int_rn(v[2 * j] * inv) | ((uint32_t)__float2int_rn(v[2 * j + 1] * inv) << 16);
         if (in) {
             xq[((b % CB) * 4 + k) * nch + b / CB] = make_uint4(w[0], w[1], w[2], w[3]);
-            if (k == 0) xscale[(b % CB) * nch + b / CB] = m / 32767.f, xsum[(b % CB) * nch + b / CB] = sum;
+            if (k == 0) {
+                xscale[(b % CB) * nch + b / CB] = m / 32767.f;
+                if (SUM) xsum[(b % CB) * nch + b / CB] = sum;
+            }
         }
     }
     __syncthreads();
@@ -379,7 +386,7 @@ __device__ void stage_q4(float4* xsh, const float* x, const float* x2, int act, 
 //       returns the scale (x = q * scale);
 //   q4, q8: int16 per 32-weight block: uint4 k (values 8k..8k+7) of block b at
 //       ((uint4*)xsh)[((b%CB)*4 + k)*nch + b/CB], then nb block scales and
-//       nb float sums, block b's at (b%CB)*nch + b/CB (stage_q4);
+//       (q4) nb float sums, block b's at (b%CB)*nch + b/CB (stage_i16);
 //   others: floats, float4 k of block b at xsh[k*nb + (b%CB)*nch + b/CB].
 // Returns the factor of the product's outputs: int8 x's scale, else 1;
 // with i8 and qsum set, *qsum is the sum of the staged int8 values (an
@@ -395,7 +402,7 @@ __device__ float stage_x(float4* xsh, const float* x, const float* x2, int act, 
                          const float* __restrict__ nw, const stage_norm<V>& sn, float eps, float w_add, bool i8,
                          int nb, int* qsum = nullptr) {
     if ((FMT == Q4 || FMT == Q8) && !i8) {
-        stage_q4<FMT>(xsh, x, x2, act, cols, nw, eps, w_add, nb);
+        stage_i16<FMT>(xsh, x, x2, act, cols, nw, eps, w_add, nb);
         return 1.f;
     }
     constexpr int CB = chunk_blocks<FMT>();
@@ -625,7 +632,7 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     if (loaded) load_all(c0, nxt, nsc, nmn);
     constexpr int V = stage_v<NW>();
     stage_norm<V> sn;
-    if (!I16) stage_pre<V>(sn, nw, w_add, nb);  // (q4 and q8 stage x their own way: stage_q4)
+    if (!I16) stage_pre<V>(sn, nw, w_add, nb);  // (q4 and q8 stage x their own way: stage_i16)
     pdl_wait();  // x is the previous kernel's output
     // ys scales every output (int8 x's scale; 1 for float x).
     const float ys = stage_x<FMT, V>(xsh, x, x2, act, cols, nw, sn, eps, w_add, I8, nb);
@@ -683,29 +690,30 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
                         const uint4 v = xq[(kb * 4 + q) * nch + c];
                         xw[4 * q] = v.x, xw[4 * q + 1] = v.y, xw[4 * q + 2] = v.z, xw[4 * q + 3] = v.w;
                     }
-                    const float xs = xf[kb * nch + c], xsum = xf[nb + kb * nch + c];
+                    const float xs = xf[kb * nch + c], xsum = MN ? xf[nb + kb * nch + c] : 0.f;
 #pragma unroll
                     for (int r = 0; r < SROWS; r++) {
                         int sd = 0;
                         if (FMT == Q8) {  // signed codes, four a word: 32 weights in 16 instructions
 #pragma unroll
                             for (int k = 0; k < 8; k++) {
-                                sd = __dp2a_lo(xw[2 * k], (int)cur[r][k], sd);
-                                sd = __dp2a_hi(xw[2 * k + 1], (int)cur[r][k], sd);
+                                const int u = (int)cur[r][kb * 8 + k];
+                                sd = __dp2a_lo(xw[2 * k], u, sd);
+                                sd = __dp2a_hi(xw[2 * k + 1], u, sd);
                             }
                             acc[r] += __half2float(csc[r][kb]) * (xs * (float)sd);
-                            continue;
-                        }
+                        } else {
 #pragma unroll
-                        for (int k = 0; k < 4; k++) {
-                            const uint32_t u = cur[r][kb * 4 + k];
-                            const int lo = (int)(u & 0x0F0F0F0Fu), hi = (int)((u >> 4) & 0x0F0F0F0Fu);
-                            sd = __dp2a_lo(xw[2 * k], lo, sd);
-                            sd = __dp2a_hi(xw[2 * k + 1], lo, sd);
-                            sd = __dp2a_lo(xw[8 + 2 * k], hi, sd);
-                            sd = __dp2a_hi(xw[8 + 2 * k + 1], hi, sd);
+                            for (int k = 0; k < 4; k++) {
+                                const uint32_t u = cur[r][kb * 4 + k];
+                                const int lo = (int)(u & 0x0F0F0F0Fu), hi = (int)((u >> 4) & 0x0F0F0F0Fu);
+                                sd = __dp2a_lo(xw[2 * k], lo, sd);
+                                sd = __dp2a_hi(xw[2 * k + 1], lo, sd);
+                                sd = __dp2a_lo(xw[8 + 2 * k], hi, sd);
+                                sd = __dp2a_hi(xw[8 + 2 * k + 1], hi, sd);
+                            }
+                            acc[r] += __half2float(csc[r][kb]) * (xs * (float)sd) + __half2float(cmn[r][kb]) * xsum;
                         }
-                        acc[r] += __half2float(csc[r][kb]) * (xs * (float)sd) + __half2float(cmn[r][kb]) * xsum;
                     }
                 }
                 continue;
