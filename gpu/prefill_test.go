@@ -331,16 +331,18 @@ func TestBackendLongPrompt(t *testing.T) {
 // TestAttnDecode checks the decode attention against float64 for the head
 // layouts of real models (TinyLlama's 8 query heads a kv head, plain
 // multi-head, BitNet's 4, Gemma's 256-wide heads, a group of 3, Llama-3-70B's
-// 64 over 8), with the
-// rotation folded in or not, with and without a sliding window, at two
-// positions in a row (the split's counters reset themselves), and checks
-// that the step's rotated key and value land in the caches.
+// 64 over 8, two heads a block over 32 kv heads), with the
+// rotation folded in or not, with and without a sliding window, at
+// positions in a row (the split's counters reset themselves), on both
+// kernels where a layout has two (four dimensions a lane: the _un5 one and
+// the plain one), and checks that the step's rotated key and value land
+// in the caches.
 func TestAttnDecode(t *testing.T) {
 	d := openOrSkip(t)
 	r := rand.New(rand.NewPCG(31, 32))
 	// Query heads a block (the group split over blocks): 1 for the first
-	// five layouts, 2 for the sixth, 3 for the last.
-	for _, l := range []struct{ hd, heads, kvHeads int }{{64, 32, 4}, {128, 8, 8}, {128, 20, 5}, {256, 8, 1}, {64, 12, 4}, {128, 64, 8}, {64, 48, 16}} {
+	// five layouts, 2 for the sixth, 3 for the seventh, 2 for the last.
+	for _, l := range []struct{ hd, heads, kvHeads int }{{64, 32, 4}, {128, 8, 8}, {128, 20, 5}, {256, 8, 1}, {64, 12, 4}, {128, 64, 8}, {64, 48, 16}, {64, 64, 32}} {
 		for _, window := range []int{0, 50} {
 			for _, rope := range []bool{false, true} {
 				t.Run(fmt.Sprintf("hd%d-%dx%d/window%d/rope=%v", l.hd, l.heads, l.kvHeads, window, rope), func(t *testing.T) {
@@ -356,12 +358,19 @@ func TestAttnDecode(t *testing.T) {
 					if err := d.do(func() (err error) { a, err = d.newAttnDecode(heads, kvHeads, hd, maxSeq, window); return err }); err != nil {
 						t.Fatal(err)
 					}
+					names := []string{a.name}
+					if plain, ok := strings.CutSuffix(a.name, "_un5"); ok {
+						names = append(names, plain)
+					} else if err := d.do(func() error { _, err := d.function(a.name + "_un5"); return err }); err == nil {
+						names = append(names, a.name+"_un5")
+					}
 					cs := up(t, d, ropeTable(inv, maxSeq), 0)
 					scale := float32(1 / math.Sqrt(float64(hd)))
 					// Five slices without a window, their length following
 					// the position (a block each): the first position, both
 					// sides of 256, a later one.
-					for _, p := range []int{700, 257, 256, 255, 219, 220, 31, 0} {
+					for i, p := range []int{700, 257, 256, 255, 219, 220, 31, 0, 79, 80, 64} {
+						a.name = names[i%len(names)]
 						q, kcur, vcur := gaussian(r, heads*hd), gaussian(r, kvdim), gaussian(r, kvdim)
 						qb, kb, vb := up(t, d, q, 0), up(t, d, kcur, 0), up(t, d, vcur, 0)
 						pb := up(t, d, []int32{int32(p)}, 0)

@@ -36,7 +36,7 @@
 // to pos. part holds heads*S*(HD+2) floats, count kv_heads*split ints that
 // are zero between launches. Dynamic shared memory: NW*G*HD floats
 // (attnDecode.shared in Go).
-template <int HD, int G2>
+template <int HD, int G2, int UNX>
 __device__ void attn_decode(const float* q, const float* kcur, const float* vcur, float* __restrict__ kc, float* __restrict__ vc,
                             float* __restrict__ out, float* __restrict__ part, int* __restrict__ count, int heads,
                             int kv_heads, const int* __restrict__ pos, float scale,
@@ -74,7 +74,9 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
     if (CSPRE && rot)
 #pragma unroll
         for (int i = 0; i < DL; i++) cs[i] = rope_cs[(size_t)p * (HD / 2) + (d0 + i) % (HD / 2)];
-    constexpr int UN = DL <= 2 ? 8 : DL <= 4 ? 4 : DL <= 8 ? 2 : 1;  // positions a warp loads at once (their keys and values: 2*UN*DL registers)
+    // UN: positions a warp loads at once (their keys and values: 2*UN*DL
+    // registers), or UNX where set (the _un5 kernels below).
+    constexpr int UN = UNX > 0 ? UNX : DL <= 2 ? 8 : DL <= 4 ? 4 : DL <= 8 ? 2 : 1;
     constexpr bool KPRE = DL <= 8, VPRE = DL <= 4;  // (registers: UN*DL floats each)
     float2 kpre[KPRE ? UN : 1][DL / 2], vpre[VPRE ? UN : 1][DL / 2];
     const size_t head = (size_t)kvh * HD + d0;  // the lane's first dimension in a cache row
@@ -264,14 +266,16 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
     if (t == 0) count[blk] = 0;
 }
 
-#define ATTN_DECODE(HD, G2)                                                                                   \
+#define ATTN_DECODE_UN(HD, G2, UNX, suffix)                                                                   \
     extern "C" __global__ void __launch_bounds__(32 * NW, 1)                                                  \
-        attn_decode_##HD##_##G2(const float* q, const float* kcur, const float* vcur, float* kc, float* vc,   \
-                                float* out, float* part, int* count, int heads, int kv_heads, const int* pos, \
-                                float scale, const float2* rope_cs, int window, int slice_len) {              \
-        attn_decode<HD, G2>(q, kcur, vcur, kc, vc, out, part, count, heads, kv_heads, pos, scale, rope_cs,    \
-                            window, slice_len);                                                               \
+        attn_decode_##HD##_##G2##suffix(const float* q, const float* kcur, const float* vcur, float* kc,      \
+                                        float* vc, float* out, float* part, int* count, int heads,            \
+                                        int kv_heads, const int* pos, float scale, const float2* rope_cs,     \
+                                        int window, int slice_len) {                                          \
+        attn_decode<HD, G2, UNX>(q, kcur, vcur, kc, vc, out, part, count, heads, kv_heads, pos, scale,        \
+                                 rope_cs, window, slice_len);                                                 \
     }
+#define ATTN_DECODE(HD, G2) ATTN_DECODE_UN(HD, G2, 0, )
 ATTN_DECODE(64, 1)
 ATTN_DECODE(64, 2)
 ATTN_DECODE(64, 4)
@@ -286,3 +290,13 @@ ATTN_DECODE(256, 1)
 ATTN_DECODE(256, 2)
 ATTN_DECODE(256, 4)
 ATTN_DECODE(256, 8)
+// attn_decode_<hd>_<g2>_un5: five positions a warp loads at once where a
+// lane holds four dimensions (not four): 128 registers and no spills, 80
+// positions a round, so decode from position 64 to 79 takes one round,
+// not two. newAttnDecode (attn_decode.go) picks them when the grid fits
+// in one wave (BitNet-2B decode 1,508-1,515 -> 1,519-1,530 tok/s at -p 0
+// and -p 512;
+// over the many blocks of Llama-2-7B at depth 3900 they lost 2%, and six
+// positions spilled and lost 2%; 2026-11-24, H100).
+ATTN_DECODE_UN(64, 2, 5, _un5)
+ATTN_DECODE_UN(128, 1, 5, _un5)
