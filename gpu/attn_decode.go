@@ -89,8 +89,8 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 	a := &attnDecode{name: fmt.Sprintf("attn_decode_%d_%d", hd, g2), split: split, sliceLen: sliceLen,
 		slices: attnDecodeSlices(visible, sliceLen)}
 	// Where a lane holds four of a head's dimensions (32/g2 lanes a head)
-	// and the grid fits in one wave, the kernel taking five positions a
-	// lane at once (kernels/attn_decode.cu says why).
+	// and the grid fits in one wave, the kernel whose warps take five
+	// positions at once (kernels/attn_decode.cu says why).
 	if hd*g2/32 == 4 && kvHeads*split*a.slices <= d.sms {
 		a.name += "_un5"
 	}

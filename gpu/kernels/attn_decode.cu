@@ -92,13 +92,14 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
                 for (int i = 0; i < DL / 2; i++) vpre[u % (VPRE ? UN : 1)][i] = *reinterpret_cast<const float2*>(vc + (size_t)x * kvdim + head + 2 * i);
         }
     }
-    // Where a lane holds four dimensions (one 128-wide head a block:
-    // BitNet-2B, Llama-2-7B), the keys and values of the warp's second
-    // round are requested into L1 too, so that round's loads after the
-    // wait find them there (BitNet-2B decode +0.5%; with no loads at all
-    // in that round it ran 1.7% faster, and holding them in registers, as
-    // fp16, gained only 0.3%). For TinyLlama's two dimensions a lane the
-    // same prefetch cost 1.7%. 2026-11-24, H100.
+    // Where a lane holds four dimensions (one 128-wide head a block, as
+    // for BitNet-2B and Llama-2-7B, or two 64-wide ones), the keys and
+    // values of the warp's second round are requested into L1 too, so
+    // that round's loads after the wait find them there (BitNet-2B decode
+    // +0.5%; with no loads at all in that round it ran 1.7% faster, and
+    // holding them in registers, as fp16, gained only 0.3%). For
+    // TinyLlama's two dimensions a lane the same prefetch cost 1.7%.
+    // 2026-11-24, H100.
     if (DL == 4)
 #pragma unroll
         for (int u = 0; u < UN; u++) {
@@ -290,13 +291,13 @@ ATTN_DECODE(256, 1)
 ATTN_DECODE(256, 2)
 ATTN_DECODE(256, 4)
 ATTN_DECODE(256, 8)
-// attn_decode_<hd>_<g2>_un5: five positions a warp loads at once where a
-// lane holds four dimensions (not four): 128 registers and no spills, 80
-// positions a round, so decode from position 64 to 79 takes one round,
-// not two. newAttnDecode (attn_decode.go) picks them when the grid fits
-// in one wave (BitNet-2B decode 1,508-1,515 -> 1,519-1,530 tok/s at -p 0
-// and -p 512;
-// over the many blocks of Llama-2-7B at depth 3900 they lost 2%, and six
-// positions spilled and lost 2%; 2026-11-24, H100).
+// attn_decode_<hd>_<g2>_un5: where a lane holds four dimensions, a warp
+// loads five positions at once rather than four: 128 registers and no
+// spills, 80 positions a round, so decode from position 64 to 79 takes
+// one round, not two. newAttnDecode (attn_decode.go) picks them when the
+// grid fits in one wave: BitNet-2B decode 1,508-1,515 -> 1,519-1,530
+// tok/s at -p 0 and -p 512, where over the many blocks of Llama-2-7B at
+// depth 3900 they lost 2%; six positions spilled and lost 2%
+// (2026-11-24, H100).
 ATTN_DECODE_UN(64, 2, 5, _un5)
 ATTN_DECODE_UN(128, 1, 5, _un5)
