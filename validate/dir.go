@@ -29,7 +29,9 @@ type DirOptions struct {
 }
 
 // ModelDir checks a converted lowbit model directory against its float
-// original and returns the report and the reference directory used.
+// original and returns the report and the reference directory used. A
+// BitNet model converted to tq2 is measured against its original's
+// ternarized weights (TernaryReference), with TernaryThresholds.
 func ModelDir(ctx context.Context, dir string, o DirOptions) (*ModelReport, string, error) {
 	man, err := manifest.Read(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -56,7 +58,13 @@ func ModelDir(ctx context.Context, dir string, o DirOptions) (*ModelReport, stri
 	if err != nil {
 		return nil, "", err
 	}
-	th := DefaultThresholds(man.Quantization.Format)
+	th, refWeights := DefaultThresholds(man.Quantization.Format), ""
+	if isTernaryPair(quant, man.Quantization.Format) {
+		if refModel, err = TernaryReference(ctx, refModel); err != nil {
+			return nil, "", err
+		}
+		th, refWeights = TernaryThresholds(), ReferenceTernary
+	}
 	if o.Adjust != nil {
 		o.Adjust(&th)
 	}
@@ -64,7 +72,7 @@ func ModelDir(ctx context.Context, dir string, o DirOptions) (*ModelReport, stri
 	if err != nil {
 		return nil, "", err
 	}
-	rep.Format = man.Quantization.Format
+	rep.Format, rep.ReferenceWeights = man.Quantization.Format, refWeights
 	return rep, ref, nil
 }
 

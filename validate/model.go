@@ -89,10 +89,13 @@ type ModelReport struct {
 	PPLRef      float64   `json:"ppl_reference"`
 	PPLRatio    float64   `json:"ppl_ratio"`
 	// KLD is the divergence at every position (for plots).
-	KLD        []float64  `json:"kld,omitempty"`
-	Thresholds Thresholds `json:"thresholds"`
-	Status     string     `json:"status"`
-	Failures   []string   `json:"failures,omitempty"`
+	KLD []float64 `json:"kld,omitempty"`
+	// ReferenceWeights says how the reference's weights were changed
+	// before the comparison (ReferenceTernary), empty when they were not.
+	ReferenceWeights string     `json:"reference_weights,omitempty"`
+	Thresholds       Thresholds `json:"thresholds"`
+	Status           string     `json:"status"`
+	Failures         []string   `json:"failures,omitempty"`
 }
 
 // CompareModels runs the quantized model and its reference over the text

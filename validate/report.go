@@ -94,6 +94,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	if m := r.Model; m != nil {
 		fmt.Fprintf(&b, "model (%s vs %s, %d positions):\n", r.ModelDir, r.Reference, m.Positions)
+		if m.ReferenceWeights != "" {
+			fmt.Fprintf(&b, "  reference: %s\n", m.ReferenceWeights)
+		}
 		fmt.Fprintf(&b, "  KLD mean %.4f  median %.4f  p99 %.4f  top-1 %.1f%%  PPL %.3f -> %.3f (%+.1f%%)  %s\n",
 			m.KLDMean, m.KLDMedian, m.KLDP99, 100*m.Top1, m.PPLRef, m.PPL, 100*(m.PPLRatio-1), m.Status)
 		fmt.Fprintf(&b, "  thresholds (%s): KLD mean <= %g, p99 <= %g, top-1 >= %.0f%%, PPL ratio <= %g\n",
@@ -164,7 +167,7 @@ reference computed from the same packed weights by independent code.</p>
 {{range $.Rows}}<tr><td>{{.Backend}}</td><td>{{.Case}}</td><td>{{.Checks}}</td><td>{{e2 .WorstErr}}</td><td>{{f4 .Tol}}</td><td>{{f4 .QuantErr}}</td><td class="{{.Status}}">{{.Status}}</td></tr>
 {{end}}</table>{{end}}
 {{with .R.Model}}<h2>Model</h2>
-<p>{{$.R.ModelDir}} against {{$.R.Reference}}, {{.Positions}} positions.</p>
+<p>{{$.R.ModelDir}} against {{$.R.Reference}}{{with .ReferenceWeights}} ({{.}}){{end}}, {{.Positions}} positions.</p>
 <table><tr><th>measure</th><th>value</th><th>threshold</th></tr>
 <tr><td>KL divergence, mean</td><td>{{f4 .KLDMean}}</td><td>&le; {{.Thresholds.MaxKLDMean}}</td></tr>
 <tr><td>KL divergence, median</td><td>{{f4 .KLDMedian}}</td><td></td></tr>

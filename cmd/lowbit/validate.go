@@ -35,7 +35,9 @@ func newValidateCmd() *cobra.Command {
 found, CUDA, against a float64 reference from the same packed weights, within 5% for 1 bit,
 1% for 2 bits and ternary, 0.5% for 4 bits, 0.1% for 8 bits) and models (a converted model
 against its float original over a text: per-layer error, KL divergence, top-1 agreement and
-perplexity, with per-format thresholds). It exits with status 1 when a check fails.`,
+perplexity, with per-format thresholds; a BitNet model converted to ternary against its original's
+linear weights ternarized, as BitNet runs them, with a 99% top-1 bar). It exits with status 1
+when a check fails.`,
 		Example: `  lowbit validate --kernels
   lowbit validate ./tinyllama-q4
   lowbit validate ./tinyllama-q4 --reference ./TinyLlama-1.1B-Chat-v1.0 --text book.txt --html report.html`,
