@@ -31,7 +31,7 @@ type DirOptions struct {
 // ModelDir checks a converted lowbit model directory against its float
 // original and returns the report and the reference directory used. A
 // BitNet model converted to tq2 is measured against its original's
-// ternarized weights (TernaryReference), with TernaryThresholds.
+// ternarized weights (TernarizeLinears), with TernaryThresholds.
 func ModelDir(ctx context.Context, dir string, o DirOptions) (*ModelReport, string, error) {
 	man, err := manifest.Read(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -60,7 +60,7 @@ func ModelDir(ctx context.Context, dir string, o DirOptions) (*ModelReport, stri
 	}
 	th, refWeights := DefaultThresholds(man.Quantization.Format), ""
 	if isTernaryPair(quant, man.Quantization.Format) {
-		if refModel, err = TernaryReference(ctx, refModel); err != nil {
+		if err := TernarizeLinears(ctx, refModel); err != nil {
 			return nil, "", err
 		}
 		th, refWeights = TernaryThresholds(), ReferenceTernary

@@ -31,35 +31,31 @@ func TernaryThresholds() Thresholds {
 }
 
 // isTernaryPair reports whether a converted model and its reference are
-// compared through TernaryReference: a BitNet model converted to tq2.
+// compared through TernarizeLinears: a BitNet model converted to tq2.
 func isTernaryPair(quant *model.Model, format string) bool {
 	return quant.Config.Arch == "bitnet" && format == string(quantize.TQ2)
 }
 
-// TernaryReference returns m with every float linear weight replaced by
-// its ternarization, as tq2 quantizes it (the same per-tensor absmean
-// scale and rounding), dequantized to floats; embeddings, norms and
-// already quantized weights are kept.
-func TernaryReference(ctx context.Context, m *model.Model) (*model.Model, error) {
-	weights := make(map[string]*model.Weight, len(m.Weights))
+// TernarizeLinears replaces every float linear weight of m, in its map, by
+// its ternarization as tq2 quantizes it (the same per-tensor absmean scale
+// and rounding), dequantized to floats; embeddings, norms and already
+// quantized weights are kept. Each original matrix is dropped as its
+// replacement comes in, so a 2B-parameter reference needs about one copy
+// of its float weights, not two.
+func TernarizeLinears(ctx context.Context, m *model.Model) error {
 	for name, w := range m.Weights {
-		weights[name] = w
 		if m.Config.TensorRole(name) != model.RoleLinear || w.F32 == nil {
 			continue
 		}
 		q, err := quantize.Quantize(ctx, quantize.TQ2, w.F32, w.Rows, w.Cols, quantize.Options{})
 		if err != nil {
-			return nil, fmt.Errorf("validate: ternarize reference tensor %s: %w", name, err)
+			return fmt.Errorf("validate: ternarize reference tensor %s: %w", name, err)
 		}
 		f := make([]float32, w.Rows*w.Cols)
 		for r := 0; r < w.Rows; r++ {
 			q.DequantizeRow(r, f[r*w.Cols:(r+1)*w.Cols])
 		}
-		weights[name] = model.FloatWeight(w.Rows, w.Cols, f)
+		m.Weights[name] = model.FloatWeight(w.Rows, w.Cols, f)
 	}
-	out, err := model.New(m.Config, weights)
-	if err != nil {
-		return nil, fmt.Errorf("validate: ternarized reference: %w", err)
-	}
-	return out, nil
+	return nil
 }
