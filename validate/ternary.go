@@ -22,8 +22,8 @@ import (
 const ReferenceTernary = "linear weights ternarized (absmean) in floats, as BitNet runs them"
 
 // TernaryThresholds are the pass marks of a BitNet model against its
-// ternarized reference: top-1 agreement of 99% (the issue's bar for
-// BitNet b1.58 2B-4T); the divergence and perplexity bounds are tq2's.
+// ternarized reference: top-1 agreement of 99%, what BitNet b1.58 2B-4T
+// is held to (issue 7); the divergence and perplexity bounds are tq2's.
 func TernaryThresholds() Thresholds {
 	t := DefaultThresholds("tq2")
 	t.MinTop1 = 0.99
