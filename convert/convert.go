@@ -271,13 +271,13 @@ func resolveSettings(opts Options, cfg model.Config) (settings, error) {
 }
 
 // tableGroup is the group of an embedding table or head stored in f:
-// --table-group-size, else f's TableGroupSize at 8 bits, else the linear
-// weights' group (0: f's default).
+// --table-group-size, else f's own TableGroupSize where it has one (8
+// bits), else the linear weights' group (0: f's default).
 func (s settings) tableGroup(f quantize.Format) int {
 	switch {
 	case s.tableGroupSize > 0:
 		return s.tableGroupSize
-	case f == quantize.Q8:
+	case f.TableGroupSize() != f.DefaultGroupSize():
 		return f.TableGroupSize()
 	}
 	return s.groupSize

@@ -51,11 +51,7 @@ func TernarizeLinears(ctx context.Context, m *model.Model) error {
 		if err != nil {
 			return fmt.Errorf("validate: ternarize reference tensor %s: %w", name, err)
 		}
-		f := make([]float32, w.Rows*w.Cols)
-		for r := 0; r < w.Rows; r++ {
-			q.DequantizeRow(r, f[r*w.Cols:(r+1)*w.Cols])
-		}
-		m.Weights[name] = model.FloatWeight(w.Rows, w.Cols, f)
+		m.Weights[name] = model.FloatWeight(w.Rows, w.Cols, q.Dequantize())
 	}
 	return nil
 }
