@@ -82,13 +82,13 @@ func RandomModel(ctx context.Context, shape string, f quantize.Format, seed uint
 				return nil
 			}
 			tf, gs := f, f.DefaultGroupSize()
-			if name == "model.embed_tokens.weight" {
-				if !cfg.TieEmbeddings || f == quantize.TQ2 {
-					// An untied table is only looked up; a ternary model keeps
-					// its (tied) table and head at 8 bits, as convert makes it.
-					tf = quantize.Q8
-				}
-				gs = tf.TableGroupSize()
+			if name == "model.embed_tokens.weight" && (!cfg.TieEmbeddings || f == quantize.TQ2) {
+				// An untied table is only looked up; a ternary model keeps
+				// its (tied) table and head at 8 bits, as convert makes it.
+				tf = quantize.Q8
+			}
+			if role := cfg.TensorRole(name); role == model.RoleEmbedding || role == model.RoleOutput {
+				gs = tf.TableGroupSize() // (as convert groups tables and heads)
 			}
 			t, err := randomTensor(tf, rows, cols, gs, seed+uint64(i))
 			if err != nil {
