@@ -1,26 +1,29 @@
-// Package atomicfile writes a file through a temporary name in the same
-// directory, synced and renamed into place, so that a reader never sees
-// half a file and a failed write leaves nothing behind.
+// Package atomicfile puts files and directories in place whole: each is
+// written under a temporary name beside its destination and renamed into
+// place only when complete, so a reader never sees half of one and a failed
+// or killed writer leaves nothing that looks finished.
 package atomicfile
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
 
-// Write creates path with mode perm from what write produces.
+// Write creates path from what write produces. The file's mode is perm less
+// the process's umask, as os.Create gives.
 func Write(path string, perm os.FileMode, write func(io.Writer) error) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	f, err := createTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-", perm)
 	if err != nil {
-		return err
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	defer os.Remove(f.Name()) // a no-op once renamed
 	err = write(f)
-	if err == nil {
-		err = f.Chmod(perm) // CreateTemp makes the file private
-	}
 	if err == nil {
 		err = f.Sync()
 	}
@@ -31,4 +34,22 @@ func Write(path string, perm os.FileMode, write func(io.Writer) error) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return os.Rename(f.Name(), path)
+}
+
+// createTemp is os.CreateTemp with a mode: the kernel applies the umask to
+// perm, which CreateTemp's fixed 0600 would hide.
+func createTemp(dir, prefix string, perm os.FileMode) (*os.File, error) {
+	for range 100 {
+		f, err := os.OpenFile(filepath.Join(dir, prefix+randomSuffix()), os.O_RDWR|os.O_CREATE|os.O_EXCL, perm)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+	}
+	return nil, fmt.Errorf("no free temporary name in %s", dir)
+}
+
+func randomSuffix() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
