@@ -16,6 +16,7 @@ import (
 	"lowbit/model"
 	"lowbit/quantize"
 	"lowbit/safetensors"
+	"lowbit/validate"
 )
 
 // bitnetPacked is testdata/parity/bitnet_packed.json, written by
@@ -178,6 +179,9 @@ func writePackedBitNet(t *testing.T, spec fixture.Spec, dst string) {
 	if err := os.WriteFile(filepath.Join(dst, "config.json"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dst, "tokenizer.json"), fixture.TokenizerJSON(spec.Vocab), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	mc, err := model.ParseHFConfig(b)
 	if err != nil {
 		t.Fatal(err)
@@ -275,21 +279,18 @@ func TestConvertPackedBitNet(t *testing.T) {
 	if e := quantize.RelL2(la, lb); !(e <= 1e-5) {
 		t.Errorf("logits differ: rel L2 %.3g", e)
 	}
-	// With a tokenizer, the default validation runs the kernels and skips the
-	// model check (no float source), instead of failing on the packed shapes.
-	tj, err := os.ReadFile("../testdata/tokenizer/bytelevel_llama3.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(packedDir, "tokenizer.json"), tj, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	// The default validation runs the kernels and, with no float source to
+	// compare with, says that it did not check the model, in its report and
+	// in the manifest, instead of failing on the packed shapes.
 	vres, err := Run(context.Background(), Options{Source: packedDir, Out: filepath.Join(t.TempDir(), "validated"), Bits: "ternary"})
 	if err != nil {
 		t.Fatalf("convert packed with validation: %v", err)
 	}
-	if vres.Validation == nil || vres.Validation.Kernels == nil || vres.Validation.Model != nil {
+	if v := vres.Validation; v == nil || v.Kernels == nil || v.Model != nil || len(v.NotChecked) != 1 {
 		t.Errorf("validation of a packed source: %+v", vres.Validation)
+	}
+	if v := vres.Manifest.Validation; v == nil || v.Status != validate.Pass || len(v.NotChecked) != 1 || v.KLDMean != nil {
+		t.Errorf("manifest validation of a packed source: %+v", v)
 	}
 	// A packed checkpoint asked for another format is refused, by name.
 	_, err = Run(context.Background(), Options{Source: packedDir, Out: filepath.Join(t.TempDir(), "q4"), Bits: "4", NoValidate: true})

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"lowbit/internal/atomicfile"
 	"lowbit/manifest"
 	"lowbit/model"
 	"lowbit/quantize"
@@ -78,6 +79,8 @@ type Result struct {
 	Manifest *manifest.Manifest `json:"-"`
 	// Validation is the last stage's report (nil with NoValidate).
 	Validation *validate.Report `json:"validation,omitempty"`
+	// Notes says what the conversion left out of the source, and why.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // settings are Options resolved to formats.
@@ -97,21 +100,26 @@ var auxFiles = []string{
 	"tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "added_tokens.json",
 }
 
-// Run converts a model. On any failure or cancellation it removes what it
-// wrote: no directory that looks like a model is left behind.
+// Run converts a model. Everything is checked before anything is
+// quantized: the checkpoint against config.json, the tokenizer, the output
+// path. The model is written under a temporary name beside the output and
+// moved into place whole, never replacing what it did not create (with
+// Force, only a lowbit model directory). On any failure or cancellation it
+// removes what it wrote.
 func Run(ctx context.Context, opts Options) (*Result, error) {
 	start := time.Now()
 	snap, err := resolveSource(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	cfgBytes, err := os.ReadFile(filepath.Join(snap.Dir, "config.json"))
+	cfgPath := filepath.Join(snap.Dir, "config.json")
+	cfgBytes, err := os.ReadFile(cfgPath)
 	if err != nil {
 		return nil, fmt.Errorf("read model config: %w", err)
 	}
 	cfg, err := model.ParseHFConfig(cfgBytes)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(snap.Dir, "config.json"), err)
+		return nil, fmt.Errorf("%s: %w", cfgPath, err)
 	}
 	s, err := resolveSettings(opts, cfg)
 	if err != nil {
@@ -123,32 +131,23 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, err
 	}
 	defer set.Close()
-	plans, err := planTensors(cfg, set, s)
+	plans, notes, err := planTensors(cfg, set, s)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", snap.Dir, err)
 	}
-
-	out := opts.Out
-	if out == "" {
-		base := filepath.Base(snap.Dir)
-		if snap.RepoID != "" {
-			base = filepath.Base(snap.RepoID)
-		}
-		out = base + "-" + string(s.linear)
-	}
-	if err := checkOut(out, opts.Force); err != nil {
+	if err := checkTokenizer(snap.Dir, cfg); err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp(filepath.Dir(filepath.Clean(out)), "."+filepath.Base(out)+".partial-")
+	out := outputPath(opts, snap, s)
+	if err := checkOut(out, snap.Dir, opts.Force); err != nil {
+		return nil, err
+	}
+	dir, err := atomicfile.CreateDir(out)
 	if err != nil {
 		return nil, fmt.Errorf("create output: %w", err)
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			os.RemoveAll(tmp)
-		}
-	}()
+	defer dir.Discard() // a no-op once in place
+	tmp := dir.Path
 
 	m := &manifest.Manifest{
 		FormatVersion: manifest.FormatVersion,
@@ -184,6 +183,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	m.SortFiles()
 	m.Summarize()
+	m.Validation = &manifest.Validation{Status: manifest.NotValidated, NotChecked: []string{"conversion ran with --no-validate"}}
 	if err := m.Write(tmp); err != nil {
 		return nil, err
 	}
@@ -192,17 +192,20 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		if report, err = validateOutput(ctx, tmp, out, validationReference(snap.Dir, plans), s.linear, opts.Progress); err != nil {
 			return nil, fmt.Errorf("validate: %w", err)
 		}
+		m.Validation = validationRecord(report)
+		if err := m.Write(tmp); err != nil {
+			return nil, err
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := replaceDir(tmp, out); err != nil {
+	if err := place(dir, out, snap.Dir, opts.Force); err != nil {
 		return nil, err
 	}
-	ok = true
 	res := &Result{
 		OutDir: out, Source: m.Source, Summary: m.Summary, Format: string(s.linear),
-		Tensors: len(m.Tensors), Seconds: time.Since(start).Seconds(), Manifest: m, Validation: report,
+		Tensors: len(m.Tensors), Seconds: time.Since(start).Seconds(), Manifest: m, Validation: report, Notes: notes,
 	}
 	if report != nil && report.Status != validate.Pass {
 		return res, fmt.Errorf("%s: %w (report in %s)", out, ErrValidation, filepath.Join(out, validationFile))
@@ -212,6 +215,10 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 
 // weightsFile is the name of the stored tensors inside a model directory.
 const weightsFile = "model.safetensors"
+
+// maxGroupSize bounds --group-size and --table-group-size: a group is
+// quantized in buffers of its size, and no model's rows are longer.
+const maxGroupSize = 1 << 16
 
 func resolveSettings(opts Options, cfg model.Config) (settings, error) {
 	bits := opts.Bits
@@ -254,6 +261,9 @@ func resolveSettings(opts Options, cfg model.Config) (settings, error) {
 		}
 		if g.n > 0 && g.n%32 != 0 {
 			return s, fmt.Errorf("%s %d must be a multiple of 32", g.flag, g.n)
+		}
+		if g.n > maxGroupSize {
+			return s, fmt.Errorf("%s %d is over the limit of %d weights a group", g.flag, g.n, maxGroupSize)
 		}
 	}
 	s.groupSize = opts.GroupSize
@@ -312,45 +322,101 @@ func resolveSource(ctx context.Context, opts Options) (*Snapshot, error) {
 	return opts.Fetcher.Fetch(ctx, repo, rev)
 }
 
-// checkOut refuses to overwrite an existing output unless forced.
-func checkOut(out string, force bool) error {
-	st, err := os.Stat(out)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+// outputPath is --out, or ./<model>-<format> in the working directory.
+func outputPath(opts Options, snap *Snapshot, s settings) string {
+	if opts.Out != "" {
+		return filepath.Clean(opts.Out)
 	}
-	if err != nil {
+	base := filepath.Base(snap.Dir)
+	if snap.RepoID != "" {
+		base = filepath.Base(snap.RepoID)
+	}
+	return base + "-" + string(s.linear)
+}
+
+// checkOut refuses an output that exists, unless forced and it is a lowbit
+// model directory, and an output that is, or holds, the source.
+func checkOut(out, src string, force bool) error {
+	if holds(out, src) {
+		return fmt.Errorf("output %s is the source model's directory or holds it: choose another --out", out)
+	}
+	if _, err := os.Lstat(out); errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
 		return fmt.Errorf("output %s: %w", out, err)
 	}
 	if !force {
 		return fmt.Errorf("output %s already exists (use --force to replace it)", out)
 	}
+	return isLowbitModel(out)
+}
+
+// holds reports whether directory a is b or one of b's ancestors, after
+// symbolic links.
+func holds(a, b string) bool {
+	ra, err1 := realPath(a)
+	rb, err2 := realPath(b)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	rel, err := filepath.Rel(ra, rb)
+	return err == nil && (rel == "." || !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && rel != "..")
+}
+
+// realPath is path made absolute with its symbolic links resolved; a path
+// that does not exist yet resolves through its nearest existing parent.
+func realPath(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	var rest []string
+	for p := abs; ; p = filepath.Dir(p) {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return filepath.Join(append([]string{r}, rest...)...), nil
+		}
+		if p == filepath.Dir(p) {
+			return abs, nil
+		}
+		rest = append([]string{filepath.Base(p)}, rest...)
+	}
+}
+
+// isLowbitModel accepts only a directory (not a link to one) with a lowbit
+// manifest: --force replaces converted models, nothing else.
+func isLowbitModel(dir string) error {
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("output %s: %w", dir, err)
+	}
 	if !st.IsDir() {
-		return fmt.Errorf("output %s exists and is not a directory", out)
+		return fmt.Errorf("output %s exists and is not a directory; --force replaces only a lowbit model directory", dir)
+	}
+	if _, err := manifest.Read(dir); err != nil {
+		return fmt.Errorf("output %s is not a lowbit model directory (%v); --force replaces only those", dir, err)
 	}
 	return nil
 }
 
-// replaceDir renames the finished temporary directory into place. An
-// existing output (allowed by --force) is moved aside first and removed only
-// once the new one is in place.
-func replaceDir(tmp, out string) error {
-	var old string
-	if _, err := os.Stat(out); err == nil {
-		old = tmp + ".old"
-		if err := os.Rename(out, old); err != nil {
-			return fmt.Errorf("move old output aside: %w", err)
-		}
+// place moves the finished directory to out: without force it never
+// replaces anything; with force it exchanges it with the lowbit model there
+// in one step.
+func place(dir *atomicfile.Dir, out, src string, force bool) error {
+	var err error
+	if force {
+		err = dir.Replace(func(old string) error {
+			if holds(old, src) {
+				return fmt.Errorf("output %s is the source model's directory or holds it", old)
+			}
+			return isLowbitModel(old)
+		})
+	} else {
+		err = dir.Commit()
 	}
-	if err := os.Rename(tmp, out); err != nil {
-		if old != "" {
-			os.Rename(old, out)
-		}
-		return fmt.Errorf("rename output into place: %w", err)
+	if errors.Is(err, atomicfile.ErrExist) {
+		return fmt.Errorf("output %s appeared while converting (another conversion?): it was left as it is and this conversion's result discarded (use --force to replace a lowbit model)", out)
 	}
-	if old != "" {
-		os.RemoveAll(old)
-	}
-	return nil
+	return err
 }
 
 // sourceRecord lists the source files with sizes and checksums.
@@ -406,7 +472,7 @@ func hashDir(dir string) ([]manifest.File, error) {
 	}
 	var files []manifest.File
 	for _, e := range ents {
-		if !e.Type().IsRegular() || e.Name() == manifest.FileName {
+		if !e.Type().IsRegular() || e.Name() == manifest.FileName || atomicfile.IsInternal(e.Name()) {
 			continue
 		}
 		f, err := hashFile(filepath.Join(dir, e.Name()))

@@ -32,7 +32,7 @@ func convertFixture(t *testing.T, spec fixture.Spec, opts Options) (*Result, str
 		opts.Out = filepath.Join(t.TempDir(), "out")
 	}
 	res, err := Run(context.Background(), opts)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrValidation) { // random weights may fail the accuracy bars
 		t.Fatalf("convert: %v", err)
 	}
 	return res, src
@@ -220,14 +220,14 @@ func TestConvertRefusesAndCleansUp(t *testing.T) {
 	}
 	outParent := t.TempDir()
 	out := filepath.Join(outParent, "out")
-	if _, err := Run(context.Background(), Options{Source: src, Out: out, Bits: "4"}); err != nil {
+	if _, err := Run(context.Background(), Options{Source: src, Out: out, Bits: "4", NoValidate: true}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Run(context.Background(), Options{Source: src, Out: out, Bits: "4"})
+	_, err := Run(context.Background(), Options{Source: src, Out: out, Bits: "4", NoValidate: true})
 	if err == nil || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("second convert without --force: %v", err)
 	}
-	if _, err := Run(context.Background(), Options{Source: src, Out: out, Bits: "2", Force: true}); err != nil {
+	if _, err := Run(context.Background(), Options{Source: src, Out: out, Bits: "2", Force: true, NoValidate: true}); err != nil {
 		t.Fatalf("--force: %v", err)
 	}
 	if m, err := manifest.Read(out); err != nil || m.Quantization.Format != "q2" {
@@ -237,7 +237,7 @@ func TestConvertRefusesAndCleansUp(t *testing.T) {
 	// A cancelled convert leaves nothing behind.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = Run(ctx, Options{Source: src, Out: filepath.Join(outParent, "cancelled"), Bits: "4"})
+	_, err = Run(ctx, Options{Source: src, Out: filepath.Join(outParent, "cancelled"), Bits: "4", NoValidate: true})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled convert: %v", err)
 	}
@@ -300,8 +300,13 @@ func TestConvertNonFinite(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "model.layers.1.mlp.up_proj.weight") || !strings.Contains(err.Error(), "allow-nonfinite") {
 		t.Fatalf("err = %v", err)
 	}
-	if _, err := Run(context.Background(), Options{Source: src, Out: out, Bits: "4", AllowNonFinite: true}); err != nil {
+	// The source's NaN makes the float reference's figures NaN: the model
+	// fails its validation, and the report says so in JSON all the same.
+	if _, err := Run(context.Background(), Options{Source: src, Out: out, Bits: "4", AllowNonFinite: true}); err != nil && !errors.Is(err, ErrValidation) {
 		t.Fatalf("with --allow-nonfinite: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, validationFile)); err != nil {
+		t.Errorf("no validation report: %v", err)
 	}
 }
 

@@ -2,7 +2,9 @@ package convert
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"lowbit/manifest"
@@ -34,39 +36,31 @@ type partPlan struct {
 }
 
 // planTensors decides the format of every tensor of the source by its role
-// in the architecture, and the stored arrays each becomes.
-func planTensors(cfg model.Config, set *safetensors.Set, s settings) ([]*tensorPlan, error) {
+// in the architecture, and the stored arrays each becomes. It first checks
+// the checkpoint against the configuration, so that nothing is quantized
+// from a checkpoint that cannot make a working model: every tensor the
+// architecture needs is there with the shape config.json implies, and every
+// tensor there is one the architecture uses. Tensors that transformers
+// itself ignores are left out, each with a note.
+func planTensors(cfg model.Config, set *safetensors.Set, s settings) (plans []*tensorPlan, notes []string, err error) {
 	names := set.Names()
-	have := make(map[string]bool, len(names))
-	for _, n := range names {
-		have[n] = true
-	}
-	var missing []string
-	for _, n := range cfg.ExpectedTensors() {
-		if !have[n] {
-			missing = append(missing, n)
-		}
-	}
-	if len(missing) > 0 {
-		more := ""
-		if len(missing) > 5 {
-			more = fmt.Sprintf(" and %d more", len(missing)-5)
-			missing = missing[:5]
-		}
-		return nil, fmt.Errorf("the checkpoint lacks tensors the %s architecture needs: %s%s", cfg.Arch, strings.Join(missing, ", "), more)
-	}
-
-	var plans []*tensorPlan
 	packed := packedBitNetScales(set)
+	if err := checkTensors(cfg, set, packed); err != nil {
+		return nil, nil, err
+	}
 	for _, name := range names {
 		info, _ := set.Info(name)
 		if isPackedScale(name, packed) {
 			continue
 		}
+		if why := ignored(cfg, name); why != "" {
+			notes = append(notes, fmt.Sprintf("tensor %s left out: %s", name, why))
+			continue
+		}
 		if scale, ok := packed[name]; ok {
 			p, err := planPackedBitNet(cfg, name, info, scale, s)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			plans = append(plans, p)
 			continue
@@ -74,7 +68,7 @@ func planTensors(cfg model.Config, set *safetensors.Set, s settings) ([]*tensorP
 		switch info.DType {
 		case "F32", "F16", "BF16":
 		default:
-			return nil, fmt.Errorf("tensor %s: dtype %s is not supported (lowbit reads F32, F16 and BF16 checkpoints)", name, info.DType)
+			return nil, nil, fmt.Errorf("tensor %s: dtype %s is not supported (lowbit reads F32, F16 and BF16 checkpoints)", name, info.DType)
 		}
 		p := &tensorPlan{name: name, info: info, role: cfg.TensorRole(name)}
 		switch p.role {
@@ -89,11 +83,11 @@ func planTensors(cfg model.Config, set *safetensors.Set, s settings) ([]*tensorP
 		}
 		if p.format.Quantized() {
 			if len(info.Shape) != 2 {
-				return nil, fmt.Errorf("tensor %s: a %s weight must be 2-D, has shape %v", name, p.role, info.Shape)
+				return nil, nil, fmt.Errorf("tensor %s: a %s weight must be 2-D, has shape %v", name, p.role, info.Shape)
 			}
 			p.rows, p.cols = int(info.Shape[0]), int(info.Shape[1])
 			if p.rows == 0 || p.cols == 0 {
-				return nil, fmt.Errorf("tensor %s: empty weight of shape %v", name, info.Shape)
+				return nil, nil, fmt.Errorf("tensor %s: empty weight of shape %v", name, info.Shape)
 			}
 			p.group = s.groupSize
 			if p.role != model.RoleLinear {
@@ -109,7 +103,86 @@ func planTensors(cfg model.Config, set *safetensors.Set, s settings) ([]*tensorP
 		p.parts = partsOf(p)
 		plans = append(plans, p)
 	}
-	return plans, nil
+	return plans, notes, nil
+}
+
+// checkTensors compares the checkpoint's tensors with what the configuration
+// implies: missing tensors, wrong shapes, layers beyond num_hidden_layers
+// and tensors the architecture does not use are each an error that names
+// them. A packed BitNet weight's shape is checked when it is planned.
+func checkTensors(cfg model.Config, set *safetensors.Set, packed map[string]string) error {
+	var missing, shapes []string
+	expected := map[string]bool{}
+	for _, n := range cfg.ExpectedTensors() {
+		expected[n] = true
+		info, ok := set.Info(n)
+		switch {
+		case !ok:
+			missing = append(missing, n)
+		case packed[n] != "":
+		case !slices.Equal(info.Shape, cfg.TensorShape(n)):
+			shapes = append(shapes, fmt.Sprintf("%s is %v, not %v", n, info.Shape, cfg.TensorShape(n)))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("the checkpoint lacks tensors the %s architecture needs: %s", cfg.Arch, listSome(missing))
+	}
+	if len(shapes) > 0 {
+		return fmt.Errorf("tensor shapes disagree with config.json (hidden_size %d, intermediate_size %d, %d heads of %d, %d kv heads, vocab_size %d): %s",
+			cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHeads, cfg.HeadDim, cfg.NumKVHeads, cfg.VocabSize, listSome(shapes))
+	}
+	var unused []string
+	lastLayer := -1
+	for _, n := range set.Names() {
+		if expected[n] || isPackedScale(n, packed) || ignored(cfg, n) != "" {
+			continue
+		}
+		if l, ok := layerOf(n); ok && l >= cfg.NumLayers {
+			lastLayer = max(lastLayer, l)
+			continue
+		}
+		unused = append(unused, n)
+	}
+	if lastLayer >= 0 {
+		return fmt.Errorf("the checkpoint holds layers up to %d, but config.json's num_hidden_layers is %d", lastLayer, cfg.NumLayers)
+	}
+	if len(unused) > 0 {
+		return fmt.Errorf("the checkpoint holds tensors the %s architecture does not use (lowbit would drop them and compute another model): %s", cfg.Arch, listSome(unused))
+	}
+	return nil
+}
+
+// ignored says why transformers itself leaves a checkpoint's tensor unused
+// ("" when it does not): rotary frequency buffers that older checkpoints
+// saved, and a stored head when config.json ties it to the embeddings.
+func ignored(cfg model.Config, name string) string {
+	switch {
+	case strings.HasSuffix(name, "rotary_emb.inv_freq"):
+		return "a rotary buffer, computed from config.json"
+	case name == "lm_head.weight" && cfg.TieEmbeddings:
+		return "config.json ties the output head to the token embeddings"
+	}
+	return ""
+}
+
+// layerOf is the layer index of a model.layers.N.* tensor name.
+func layerOf(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, "model.layers.")
+	if !ok {
+		return 0, false
+	}
+	num, _, _ := strings.Cut(rest, ".")
+	l, err := strconv.Atoi(num)
+	return l, err == nil && l >= 0
+}
+
+// listSome joins the first few names of a list and counts the rest.
+func listSome(names []string) string {
+	const shown = 5
+	if len(names) <= shown {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:shown], ", "), len(names)-shown)
 }
 
 // partsOf lists the stored arrays of a planned tensor, following

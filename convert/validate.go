@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 
+	"lowbit/manifest"
+	"lowbit/model"
 	"lowbit/quantize"
 	"lowbit/tokenizer"
 	"lowbit/validate"
@@ -28,9 +31,9 @@ const validationFile = "validation.json"
 const validationTokens = 256
 
 // validateOutput is the last stage: the CPU kernels of the linear format
-// against the float64 reference, and (when the model has a tokenizer) the
-// converted model in dir (to be renamed to out) against its float source.
-// The report is written into dir.
+// against the float64 reference, and the converted model in dir (to be
+// renamed to out) against its float source (srcDir; "" when there is none,
+// which the report says). The report is written into dir.
 func validateOutput(ctx context.Context, dir, out, srcDir string, format quantize.Format, progress io.Writer) (*validate.Report, error) {
 	rep := &validate.Report{}
 	if format.Quantized() {
@@ -47,7 +50,9 @@ func validateOutput(ctx context.Context, dir, out, srcDir string, format quantiz
 		}
 		rep.Kernels = k
 	}
-	if _, err := tokenizer.Load(dir); err == nil && srcDir != "" { // "": no float source (bitnet.go)
+	if srcDir == "" {
+		rep.NotChecked = append(rep.NotChecked, "the model against its source: a packed ternary checkpoint has no float weights to compare with")
+	} else {
 		if progress != nil {
 			fmt.Fprintln(progress, "validating the model against its source")
 		}
@@ -66,4 +71,39 @@ func validateOutput(ctx context.Context, dir, out, srcDir string, format quantiz
 		return nil, fmt.Errorf("write %s: %w", validationFile, err)
 	}
 	return rep, nil
+}
+
+// checkTokenizer loads the source's tokenizer and chat template before
+// anything is converted: a model that cannot be tokenized can be neither
+// validated nor run, and a tokenizer with ids past the embedding table would
+// index outside it.
+func checkTokenizer(dir string, cfg model.Config) error {
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return fmt.Errorf("the source's tokenizer does not load: %w", err)
+	}
+	if n := tok.VocabSize(); n > cfg.VocabSize {
+		return fmt.Errorf("the source's tokenizer has %d tokens, more than config.json's vocab_size %d", n, cfg.VocabSize)
+	}
+	if _, err := tokenizer.LoadChatTemplate(dir); err != nil {
+		return fmt.Errorf("the source's chat template does not load: %w", err)
+	}
+	return nil
+}
+
+// validationRecord is the manifest's summary of the last stage's report.
+func validationRecord(r *validate.Report) *manifest.Validation {
+	v := &manifest.Validation{Status: r.Status, NotChecked: r.NotChecked}
+	if m := r.Model; m != nil {
+		v.KLDMean, v.Top1, v.PPLRatio = finite(m.KLDMean), finite(m.Top1), finite(m.PPLRatio)
+	}
+	return v
+}
+
+// finite is &x, or nil for a figure JSON cannot hold (a failed check's NaN).
+func finite(x float64) *float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return nil
+	}
+	return &x
 }

@@ -43,6 +43,42 @@ type Manifest struct {
 	Tensors []Tensor `json:"tensors"`
 	// Summary totals sizes and errors for people reading the file.
 	Summary Summary `json:"summary"`
+	// Validation is what the converter's last stage found, so that a model
+	// that was not checked says so (absent in manifests from before it).
+	Validation *Validation `json:"validation,omitempty"`
+}
+
+// Validation summarizes the converter's checks of the model it wrote.
+type Validation struct {
+	// Status is PASS or FAIL, or NotValidated when no check ran.
+	Status string `json:"status"`
+	// KLDMean, Top1 and PPLRatio are the model check's figures against the
+	// float source (absent when it did not run).
+	KLDMean  *float64 `json:"kld_mean,omitempty"`
+	Top1     *float64 `json:"top1,omitempty"`
+	PPLRatio *float64 `json:"ppl_ratio,omitempty"`
+	// NotChecked names each check that did not run, and why.
+	NotChecked []string `json:"not_checked,omitempty"`
+}
+
+// NotValidated is the Validation status of a model no check ran on.
+const NotValidated = "NOT VALIDATED"
+
+func (v *Validation) check() error {
+	if v == nil {
+		return nil
+	}
+	switch v.Status {
+	case "PASS", "FAIL", NotValidated:
+	default:
+		return fmt.Errorf("status %q is not PASS, FAIL or %s", v.Status, NotValidated)
+	}
+	for name, x := range map[string]*float64{"kld_mean": v.KLDMean, "top1": v.Top1, "ppl_ratio": v.PPLRatio} {
+		if x != nil && (math.IsNaN(*x) || math.IsInf(*x, 0)) {
+			return fmt.Errorf("%s %v is not a finite number", name, *x)
+		}
+	}
+	return nil
 }
 
 // Source identifies the original model.
@@ -155,6 +191,9 @@ func (m *Manifest) Check() error {
 	}
 	if m.Quantization.Format == "" {
 		return errors.New("manifest: field quantization.format is missing")
+	}
+	if err := m.Validation.check(); err != nil {
+		return fmt.Errorf("manifest: validation: %w", err)
 	}
 	for _, f := range m.Files {
 		if err := checkFile(f); err != nil {

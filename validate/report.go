@@ -1,6 +1,7 @@
 package validate
 
 import (
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"io"
@@ -17,7 +18,10 @@ type Report struct {
 	// ModelDir and Reference name what the model check compared.
 	ModelDir  string `json:"model_dir,omitempty"`
 	Reference string `json:"reference,omitempty"`
-	Status    string `json:"status"`
+	// NotChecked names each check that did not run, and why: a report never
+	// passes in silence over what it left out.
+	NotChecked []string `json:"not_checked,omitempty"`
+	Status     string   `json:"status"`
 }
 
 // Finish sets Status: FAIL when any check failed.
@@ -109,6 +113,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		for _, f := range m.Failures {
 			fmt.Fprintf(&b, "  FAIL: %s\n", f)
 		}
+	}
+	for _, n := range r.NotChecked {
+		fmt.Fprintf(&b, "not checked: %s\n", n)
 	}
 	fmt.Fprintf(&b, "result: %s\n", r.Status)
 	_, err := io.WriteString(w, b.String())
@@ -238,4 +245,56 @@ func histogram(kld []float64) template.HTML {
 		}
 	}
 	return barChart(fmt.Sprintf("KL divergence per position (%d positions; bins of %.3g nats)", len(kld), hi/bins), names, counts, "%.0f")
+}
+
+// jsonFloat is a figure as JSON holds it: a failed check's NaN or Inf
+// becomes null instead of making the whole report unwritable.
+type jsonFloat float64
+
+func (f jsonFloat) MarshalJSON() ([]byte, error) {
+	x := float64(f)
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(x)
+}
+
+func jsonFloats(xs []float64) []jsonFloat {
+	if xs == nil {
+		return nil
+	}
+	out := make([]jsonFloat, len(xs))
+	for i, x := range xs {
+		out[i] = jsonFloat(x)
+	}
+	return out
+}
+
+// MarshalJSON writes the report's figures with jsonFloat.
+func (m ModelReport) MarshalJSON() ([]byte, error) {
+	type plain ModelReport
+	return json.Marshal(struct {
+		plain
+		LayerRelErr []jsonFloat `json:"layer_rel_err"`
+		KLDMean     jsonFloat   `json:"kld_mean"`
+		KLDMedian   jsonFloat   `json:"kld_median"`
+		KLDP99      jsonFloat   `json:"kld_p99"`
+		KLDMax      jsonFloat   `json:"kld_max"`
+		Top1        jsonFloat   `json:"top1_agreement"`
+		PPL         jsonFloat   `json:"ppl"`
+		PPLRef      jsonFloat   `json:"ppl_reference"`
+		PPLRatio    jsonFloat   `json:"ppl_ratio"`
+		KLD         []jsonFloat `json:"kld,omitempty"`
+	}{plain(m), jsonFloats(m.LayerRelErr), jsonFloat(m.KLDMean), jsonFloat(m.KLDMedian), jsonFloat(m.KLDP99), jsonFloat(m.KLDMax),
+		jsonFloat(m.Top1), jsonFloat(m.PPL), jsonFloat(m.PPLRef), jsonFloat(m.PPLRatio), jsonFloats(m.KLD)})
+}
+
+// MarshalJSON writes the result's figures with jsonFloat.
+func (r KernelResult) MarshalJSON() ([]byte, error) {
+	type plain KernelResult
+	return json.Marshal(struct {
+		plain
+		RelErr   jsonFloat `json:"rel_err"`
+		QuantErr jsonFloat `json:"quant_err"`
+	}{plain(r), jsonFloat(r.RelErr), jsonFloat(r.QuantErr)})
 }

@@ -69,10 +69,15 @@ func newConvertCmd() *cobra.Command {
 				fmt.Fprintf(out, "wrote %s: %d tensors, %s -> %s (%.2f bits/weight), mean rel. error %.4f (max %.4f in %s), %.1fs\n",
 					res.OutDir, res.Tensors, humanBytes(s.SourceBytes), humanBytes(s.OutputBytes), s.BitsPerWeight,
 					s.MeanRelL2Error, s.MaxRelL2Error, s.MaxErrorTensor, res.Seconds)
+				for _, n := range res.Notes {
+					fmt.Fprintf(out, "note: %s\n", n)
+				}
 				if res.Validation != nil {
 					if err := res.Validation.WriteText(out); err != nil {
 						return err
 					}
+				} else {
+					fmt.Fprintln(out, "not validated (--no-validate): the manifest says so; check it with lowbit validate")
 				}
 			}
 			if failed {
