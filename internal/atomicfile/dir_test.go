@@ -155,4 +155,3 @@ func TestRemoveStale(t *testing.T) {
 		t.Error("the live writer's file is gone")
 	}
 }
-
