@@ -246,6 +246,9 @@ func generationOptions(f runFlags) (chat.Options, uint64, error) {
 	if f.maxTokens < 0 {
 		return chat.Options{}, 0, fmt.Errorf("-n %d: want 0 or more", f.maxTokens)
 	}
+	if f.ctxLen < 0 {
+		return chat.Options{}, 0, fmt.Errorf("--ctx %d: want 0 (the model's) or more", f.ctxLen)
+	}
 	seed := uint64(f.seed)
 	if f.seed < 0 {
 		seed = uint64(time.Now().UnixNano())
