@@ -26,14 +26,27 @@ func newBar(w io.Writer, total int64, desc string) progressBar {
 	if w == nil {
 		return noBar{}
 	}
-	return progressbar.NewOptions64(total,
+	return &lineBar{w: w, ProgressBar: progressbar.NewOptions64(total,
 		progressbar.OptionSetWriter(w),
 		progressbar.OptionSetDescription(desc),
 		progressbar.OptionShowBytes(true),
+		progressbar.OptionUseIECUnits(true),
 		progressbar.OptionShowCount(),
 		progressbar.OptionSetWidth(30),
 		progressbar.OptionThrottle(100e6),
 		progressbar.OptionSetPredictTime(true),
-		progressbar.OptionOnCompletion(func() { io.WriteString(w, "\n") }),
-	)
+	)}
+}
+
+// lineBar ends its line when finished, and only then: a bar that reaches its
+// total is still redrawn by the descriptions that follow.
+type lineBar struct {
+	*progressbar.ProgressBar
+	w io.Writer
+}
+
+func (b *lineBar) Finish() error {
+	err := b.ProgressBar.Finish()
+	io.WriteString(b.w, "\n")
+	return err
 }
