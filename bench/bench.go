@@ -72,9 +72,9 @@ func Run(ctx context.Context, m *model.Model, be model.Backend, name string, opt
 		return nil, fmt.Errorf("bench: nothing to measure (-p %d, -n %d, -d %d)", opts.Prompt, opts.Gen, opts.Depth)
 	}
 	c := m.Config
-	need := opts.Depth + max(opts.Prompt, opts.Gen) + 1
+	need := opts.Depth + max(opts.Prompt, opts.Gen)
 	if need > c.MaxPositions {
-		return nil, fmt.Errorf("bench: %d positions exceed the model's %d", need, c.MaxPositions)
+		return nil, fmt.Errorf("bench: -d %d plus -p %d or -n %d is %d positions, over the model's context of %d", opts.Depth, opts.Prompt, opts.Gen, need, c.MaxPositions)
 	}
 	batch := min(max(opts.Prompt, opts.Depth, 1), 512)
 	s, err := m.NewSession(model.SessionOptions{Backend: be, Context: need, Batch: batch})

@@ -41,6 +41,7 @@ func validateOutput(ctx context.Context, dir, out, srcDir string, format quantiz
 			fmt.Fprintf(progress, "validating %s kernels\n", format)
 		}
 		k, err := validate.RunKernels(ctx, validate.KernelOptions{
+			Seed:     validate.NewSeed(),
 			Backends: validate.CPUBackends(),
 			Cases:    validate.FormatCases(string(format)),
 			Shapes:   []validate.Shape{{Rows: 64, Cols: 256}, {Rows: 37, Cols: 200}},

@@ -67,8 +67,8 @@ func Shapes() []Shape {
 
 // KernelOptions choose what RunKernels checks.
 type KernelOptions struct {
-	// Seed draws the inputs; 0 picks one from the clock (the report
-	// carries it, and the same seed replays the same inputs).
+	// Seed draws the inputs (the report carries it, and the same seed
+	// replays the same inputs); NewSeed gives a fresh one.
 	Seed uint64
 	// Backends are the implementations to check.
 	Backends []Backend
@@ -136,12 +136,12 @@ func (r *KernelReport) Passed() bool {
 	return true
 }
 
+// NewSeed is a seed for inputs never drawn before (from the clock).
+func NewSeed() uint64 { return uint64(time.Now().UnixNano()) }
+
 // RunKernels checks every backend on every case, shape and input.
 func RunKernels(ctx context.Context, opts KernelOptions) (*KernelReport, error) {
 	seed := opts.Seed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
 	cases, shapes := opts.Cases, opts.Shapes
 	if cases == nil {
 		cases = Cases()

@@ -50,7 +50,7 @@ Both take comma-separated lists.`,
 	fl.IntVarP(&f.depth, "depth", "d", 0, "tokens already in the context when each test starts")
 	fl.IntVarP(&f.reps, "repetitions", "r", 5, "timed repetitions of each test")
 	fl.StringSliceVar(&f.shapes, "shape", nil, "random model of this shape instead of a model: "+strings.Join(bench.Shapes(), ", "))
-	fl.StringSliceVar(&f.bits, "bits", []string{"4"}, "format of a --shape model: 1, 2, 4, 8, tq2 or f16 (16-bit floats on the GPU)")
+	fl.StringSliceVar(&f.bits, "bits", []string{"4"}, "format of a --shape model: 1, 2, 4, 8, ternary (also tq2) or f16 (16-bit floats on the GPU)")
 	fl.StringVar(&f.device, "device", "auto", "where to run: cuda, cpu or auto")
 	fl.BoolVar(&f.asJSON, "json", false, "print the results as JSON")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress lines")
@@ -59,23 +59,19 @@ Both take comma-separated lists.`,
 	return cmd
 }
 
-// benchFormat reads a --bits value.
-func benchFormat(s string) (quantize.Format, error) {
-	switch s {
-	case "1", "2", "4", "8":
-		return quantize.ParseFormat("q" + s)
-	case "tq2", "ternary", "1.58":
-		return quantize.TQ2, nil
-	}
-	return quantize.ParseFormat(s)
-}
-
 func runBench(cmd *cobra.Command, args []string, f benchFlags) error {
 	ctx := cmd.Context()
 	if (len(args) == 1) == (len(f.shapes) > 0) {
 		return fmt.Errorf("bench: give a model or --shape, one of the two")
 	}
+	if len(args) == 1 && cmd.Flags().Changed("bits") {
+		return fmt.Errorf("--bits chooses the format of --shape models; a model is measured in the format it is stored in")
+	}
 	progress := progressWriter(f.quiet || f.asJSON)
+	devices, err := newBackends(f.device, cmd.ErrOrStderr(), f.quiet || f.asJSON)
+	if err != nil {
+		return err
+	}
 	type job struct {
 		name string
 		load func() (*model.Model, error)
@@ -92,7 +88,7 @@ func runBench(cmd *cobra.Command, args []string, f benchFlags) error {
 	}
 	for _, shape := range f.shapes {
 		for _, b := range f.bits {
-			format, err := benchFormat(b)
+			format, err := quantize.ParseFormat(b)
 			if err != nil {
 				return fmt.Errorf("--bits %s: %w", b, err)
 			}
@@ -107,14 +103,23 @@ func runBench(cmd *cobra.Command, args []string, f benchFlags) error {
 		if err != nil {
 			return err
 		}
-		be, release, err := openBackend(f.device, cmd.ErrOrStderr())
+		be, release, err := devices.open()
 		if err != nil {
 			return err
 		}
-		res, err := bench.Run(ctx, m, be, j.name, bench.Options{Prompt: f.prompt, Gen: f.gen, Depth: f.depth, Reps: f.reps, Progress: progress})
+		opts := bench.Options{Prompt: f.prompt, Gen: f.gen, Depth: f.depth, Reps: f.reps, Progress: progress}
+		// The default tests shrink to fit a short context; tests asked for do not.
+		room := m.Config.MaxPositions - f.depth
+		if !cmd.Flags().Changed("prompt") {
+			opts.Prompt = min(opts.Prompt, room)
+		}
+		if !cmd.Flags().Changed("n-gen") {
+			opts.Gen = min(opts.Gen, room)
+		}
+		res, err := bench.Run(ctx, m, be, j.name, opts)
 		release()
 		if err != nil {
-			return fmt.Errorf("bench %s: %w", j.name, err)
+			return fmt.Errorf("%s: %w", j.name, err)
 		}
 		results = append(results, res)
 		if !f.asJSON {
@@ -133,14 +138,14 @@ func printBench(cmd *cobra.Command, r *bench.Result) {
 	w := cmd.OutOrStdout()
 	fmt.Fprintf(w, "| model | format | params | device | test | t/s |\n|---|---|---:|---|---:|---:|\n")
 	for _, t := range r.Tests {
-		fmt.Fprintf(w, "| %s | %s | %.2f B | %s | %s | %.2f ± %.2f |\n", r.Model, r.Format, float64(r.Params)/1e9, r.Device, t.Test, t.Mean, t.SD)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.2f ± %.2f |\n", r.Model, r.Format, humanCount(r.Params), r.Device, t.Test, t.Mean, t.SD)
 	}
 	fmt.Fprintf(w, "weights read per token: %s", humanBytes(r.WeightBytes))
 	if r.Bandwidth > 0 {
-		fmt.Fprintf(w, ", achieved %.0f GB/s", r.Bandwidth/1e9)
+		fmt.Fprintf(w, ", achieved %s/s", humanBytes(int64(r.Bandwidth)))
 		if r.DeviceBandwidth > 0 {
-			fmt.Fprintf(w, " = %.0f%% of the device copy bandwidth %.0f GB/s (roofline %.0f tokens/s)",
-				100*r.Bandwidth/r.DeviceBandwidth, r.DeviceBandwidth/1e9, r.DeviceBandwidth/float64(r.WeightBytes))
+			fmt.Fprintf(w, " = %.0f%% of the device copy bandwidth %s/s (roofline %.0f tokens/s)",
+				100*r.Bandwidth/r.DeviceBandwidth, humanBytes(int64(r.DeviceBandwidth)), r.DeviceBandwidth/float64(r.WeightBytes))
 		}
 	}
 	fmt.Fprintln(w)

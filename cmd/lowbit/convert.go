@@ -88,7 +88,7 @@ func newConvertCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.BoolVar(&listModels, "list-models", false, "list the built-in model registry")
-	f.StringVar(&opts.Bits, "bits", "", "format of linear weights: 1, 2, 4, 8 or ternary (default 4; ternary for BitNet)")
+	f.StringVar(&opts.Bits, "bits", "", "format of linear weights: 1, 2, 4, 8, ternary (also tq2), or f16, bf16, f32 to keep floats (default 4; ternary for BitNet)")
 	f.IntVar(&opts.GroupSize, "group-size", 0, "weights per scale group (default: the format's, 32)")
 	f.IntVar(&opts.TableGroupSize, "table-group-size", 0, "weights per scale group of the embeddings and head (default 128 at 8 bits, else --group-size)")
 	f.StringVar(&opts.EmbeddingBits, "embedding-bits", "8", "format of token embeddings: 8, 4, ... or f16, bf16, f32 to keep floats")

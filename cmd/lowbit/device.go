@@ -12,27 +12,48 @@ import (
 // sessions' prefill batch stays at or below it).
 const maxStep = 512
 
-// openBackend returns the model backend that --device names ("cpu", "cuda"
-// or "auto") and a function that releases it. A nil backend means the CPU
-// (model.SessionOptions' default). With "auto" a missing or unusable GPU
-// is not an error: the reason goes to msg and the CPU is used.
-func openBackend(device string, msg io.Writer) (model.Backend, func(), error) {
+// backends opens the model backends that --device names ("cpu", "cuda" or
+// "auto") for one command. With "auto" a missing or unusable GPU is not an
+// error: the CPU is used, and the reason is told once a command (never
+// under --quiet).
+type backends struct {
+	device string
+	msg    io.Writer // nil: --quiet
+	told   bool
+}
+
+// newBackends checks --device at once, so that a wrong value fails before a
+// model is loaded.
+func newBackends(device string, msg io.Writer, quiet bool) (*backends, error) {
 	switch device {
-	case "cpu":
-		return nil, func() {}, nil
-	case "cuda", "auto", "":
-		be, release, err := openCUDA()
-		if err == nil {
-			return be, release, nil
-		}
-		if device == "cuda" {
-			return nil, nil, fmt.Errorf("--device cuda: %w", err)
-		}
-		fmt.Fprintf(msg, "lowbit: no usable GPU (%v); running on the CPU\n", err)
-		return nil, func() {}, nil
+	case "cpu", "cuda", "auto", "":
 	default:
-		return nil, nil, fmt.Errorf("--device %q: want cpu, cuda or auto", device)
+		return nil, fmt.Errorf("--device %q: want cpu, cuda or auto", device)
 	}
+	if quiet {
+		msg = nil
+	}
+	return &backends{device: device, msg: msg}, nil
+}
+
+// open returns a backend and a function that releases it. A nil backend
+// means the CPU (model.SessionOptions' default).
+func (b *backends) open() (model.Backend, func(), error) {
+	if b.device == "cpu" {
+		return nil, func() {}, nil
+	}
+	be, release, err := openCUDA()
+	if err == nil {
+		return be, release, nil
+	}
+	if b.device == "cuda" {
+		return nil, nil, fmt.Errorf("--device cuda: %w", err)
+	}
+	if !b.told && b.msg != nil {
+		fmt.Fprintf(b.msg, "lowbit: no usable GPU (%v); running on the CPU\n", err)
+	}
+	b.told = true
+	return nil, func() {}, nil
 }
 
 // openCUDA opens GPU 0 (no driver, no GPU, older than sm_80: gpu.Open's

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"strconv"
 
 	"golang.org/x/term"
 )
@@ -36,4 +37,18 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return ftoa(float64(n)/float64(div)) + " " + string("KMGTPE"[exp]) + "iB"
+}
+
+// humanCount formats a parameter count as llama-bench does (1.10 B), with
+// K and M for the tiny models that would print as 0.00 B.
+func humanCount(n int64) string {
+	switch {
+	case n >= 1e9:
+		return strconv.FormatFloat(float64(n)/1e9, 'f', 2, 64) + " B"
+	case n >= 1e6:
+		return strconv.FormatFloat(float64(n)/1e6, 'f', 2, 64) + " M"
+	case n >= 1e3:
+		return strconv.FormatFloat(float64(n)/1e3, 'f', 2, 64) + " K"
+	}
+	return strconv.FormatInt(n, 10)
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 )
 
@@ -18,6 +20,7 @@ what the bits cost, and runs it on an NVIDIA GPU or the CPU.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("lowbit {{.Version}}\n") // as the version command prints it
 	root.AddCommand(newVersionCmd(), newConvertCmd(), newDownloadCmd(), newRunCmd(), newValidateCmd(), newBenchCmd())
 	return root
 }
@@ -28,7 +31,7 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print the lowbit version",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
-			cmd.Println("lowbit", version)
+			fmt.Fprintf(cmd.OutOrStdout(), "lowbit %s\n", version)
 		},
 	}
 }

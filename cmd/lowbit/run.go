@@ -94,7 +94,11 @@ func runModel(cmd *cobra.Command, args []string, f runFlags) error {
 	if err != nil {
 		return err
 	}
-	backend, release, err := openBackend(f.device, cmd.ErrOrStderr())
+	devices, err := newBackends(f.device, cmd.ErrOrStderr(), f.quiet || f.asJSON)
+	if err != nil {
+		return err
+	}
+	backend, release, err := devices.open()
 	if err != nil {
 		return err
 	}

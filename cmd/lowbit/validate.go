@@ -15,13 +15,14 @@ import (
 func newValidateCmd() *cobra.Command {
 	var (
 		kernels   bool
-		seed      uint64
+		seed      int64
 		realDir   string
 		reference string
 		textFile  string
 		maxTokens int
 		device    string
 		asJSON    bool
+		quiet     bool
 		htmlFile  string
 		kldMean   float64
 		kldP99    float64
@@ -47,6 +48,18 @@ when a check fails.`,
 			if len(args) == 0 && !kernels {
 				return fmt.Errorf("give a model directory to validate, or --kernels")
 			}
+			devices, err := newBackends(device, cmd.ErrOrStderr(), quiet || asJSON)
+			if err != nil {
+				return err
+			}
+			var releases []func()
+			defer func() {
+				for _, r := range releases {
+					if r != nil {
+						r()
+					}
+				}
+			}()
 			rep := &validate.Report{}
 			if len(args) == 1 {
 				text := ""
@@ -63,7 +76,8 @@ when a check fails.`,
 				m, ref, err := validate.ModelDir(ctx, args[0], validate.DirOptions{
 					Reference: reference, CacheDir: hub.OptionsFromEnv().CacheDir, Text: text, MaxTokens: maxTokens,
 					Backend: func() (model.Backend, error) {
-						b, _, err := openBackend(device, cmd.ErrOrStderr())
+						b, release, err := devices.open()
+						releases = append(releases, release)
 						return b, err
 					},
 					Adjust: func(t *validate.Thresholds) {
@@ -88,7 +102,10 @@ when a check fails.`,
 				rep.Model, rep.ModelDir, rep.Reference = m, args[0], ref
 			}
 			if kernels {
-				opts := validate.KernelOptions{Seed: seed, Backends: validate.CPUBackends(), Missing: map[string]string{}}
+				opts := validate.KernelOptions{Seed: uint64(seed), Backends: validate.CPUBackends(), Missing: map[string]string{}}
+				if seed < 0 {
+					opts.Seed = validate.NewSeed()
+				}
 				if device != "cpu" {
 					cuda, err := validate.OpenCUDA()
 					switch {
@@ -121,7 +138,6 @@ when a check fails.`,
 				}
 			}
 			out := cmd.OutOrStdout()
-			var err error
 			if asJSON {
 				err = printJSON(out, rep)
 			} else {
@@ -138,13 +154,14 @@ when a check fails.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&kernels, "kernels", false, "check every format's products on every backend present")
-	f.Uint64Var(&seed, "seed", 0, "seed of the kernel inputs (0: new each run; the report prints it)")
+	f.Int64Var(&seed, "seed", -1, "seed of the kernel inputs (-1: new each run; the report prints it), as run's --seed")
 	f.StringVar(&realDir, "model", "", "also use rows of this float model's weights as kernel inputs")
 	f.StringVar(&reference, "reference", "", "the float original (default: the manifest's source, or the HF cache)")
 	f.StringVar(&textFile, "text", "", "evaluation text file (default: a built-in passage)")
 	f.IntVar(&maxTokens, "max-tokens", 0, "most tokens of the text to evaluate (default 8192)")
 	f.StringVar(&device, "device", "auto", "cpu, cuda or auto")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.BoolVarP(&quiet, "quiet", "q", false, "no notices on stderr")
 	f.StringVar(&htmlFile, "html", "", "also write an HTML report with plots to this file")
 	f.Float64Var(&kldMean, "max-kld-mean", 0, "threshold: mean KL divergence (default: the format's)")
 	f.Float64Var(&kldP99, "max-kld-p99", 0, "threshold: 99th percentile of the KL divergence")
