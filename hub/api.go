@@ -57,22 +57,34 @@ func (c *Client) send(ctx context.Context, method, u string, header http.Header)
 		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 			return nil, cause
 		}
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			ue.URL = redact(ue.URL) // a redirect's, which the server chose
+		}
 		return nil, err
 	}
 	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 		resp.Body.Close()
-		return nil, fmt.Errorf("%s %s: %s", method, redact(u), resp.Status)
+		return nil, fmt.Errorf("%s %s: %s", method, redact(u), statusLine(resp.StatusCode))
 	}
 	return resp, nil
 }
 
-// redact drops the query (a CDN's signature) from a URL shown in errors.
+// redact drops the query (a CDN's signature) from a URL shown in errors,
+// and cuts a long one short.
 func redact(u string) string {
 	if i := strings.IndexByte(u, '?'); i >= 0 {
-		return u[:i]
+		u = u[:i]
+	}
+	if len(u) > 200 {
+		u = u[:200] + "…"
 	}
 	return u
+}
+
+// statusLine names a status by its code, not by the server's reason text.
+func statusLine(code int) string {
+	return strconv.Itoa(code) + " " + http.StatusText(code)
 }
 
 // api GETs a small JSON answer, retrying 5xx, dropped connections and
@@ -166,7 +178,7 @@ func newError(kind error, format string, args ...any) error {
 func (c *Client) apiError(status int, h http.Header, repo, revision, path string) error {
 	code := h.Get("X-Error-Code")
 	msg := h.Get("X-Error-Message")
-	statusText := strconv.Itoa(status) + " " + http.StatusText(status)
+	statusText := statusLine(status)
 	switch {
 	case code == "GatedRepo" && c.opts.Token == "":
 		return newError(ErrGated, "repo %s is gated: accept its license at https://huggingface.co/%s and set HF_TOKEN or run `huggingface-cli login`", repo, repo)

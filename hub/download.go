@@ -648,7 +648,7 @@ func (c *Client) getRange(ctx context.Context, j *job, d *dest, f *os.File, off,
 		if resp.Request.URL.Host != c.host {
 			// A CDN's refusal (an expired signature, say): a new request
 			// to the Hub brings a fresh redirect, so it may be retried.
-			return 0, fmt.Errorf("CDN %s answered %s", resp.Request.URL.Host, resp.Status)
+			return 0, fmt.Errorf("CDN %s answered %s", clip(resp.Request.URL.Host), statusLine(resp.StatusCode))
 		}
 		return 0, c.apiError(resp.StatusCode, resp.Header, j.info.RepoID, j.info.Commit, d.file.Path)
 	}

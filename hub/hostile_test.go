@@ -217,6 +217,11 @@ func TestHostileDownload(t *testing.T) {
 		{"redirect without a host", redirect("http:///x"), "not an http(s) URL"},
 		{"redirect garbage", redirect("http://[::1"), `failed to parse Location header "http://[::1"`},
 		{"redirect loop", redirect("/org/m/resolve/x"), "too many redirects"},
+		{"redirect to a huge URL", redirect("http://127.0.0.1:1/" + strings.Repeat("p", 100<<10) + "?sig=secret"), `Get "http://127.0.0.1:1/pppp`},
+		{"status line huge", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Error-Message", strings.Repeat("m", 100<<10))
+			w.WriteHeader(http.StatusForbidden)
+		}, "403 Forbidden: not authorized"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -225,7 +230,7 @@ func TestHostileDownload(t *testing.T) {
 			for _, parts := range []int64{64 << 10, 1 << 30} { // parallel parts, one stream
 				o := hostileOptions(srv.URL, t.TempDir())
 				o.PartSize = parts
-				expectFailure(t, o, "org/m/model.safetensors", tc.want)
+				expectFailure(t, o, "org/m", tc.want)
 			}
 		})
 	}

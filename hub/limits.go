@@ -59,7 +59,7 @@ func clip(s string) string {
 // checkLocation refuses a redirect anywhere but an http(s) URL with a host.
 func checkLocation(u *url.URL) error {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("hub: redirect to %s: not an http(s) URL", clip(redact(u.String())))
+		return fmt.Errorf("hub: redirect to %s: not an http(s) URL", clip(u.Redacted()))
 	}
 	return nil
 }
