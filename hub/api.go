@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -87,37 +88,90 @@ func statusLine(code int) string {
 	return strconv.Itoa(code) + " " + http.StatusText(code)
 }
 
-// api GETs a small JSON answer, retrying 5xx, dropped connections and
-// stalls with backoff; each attempt, body included, must finish within
-// StallTimeout, and the body must fit maxAPIBody. Error statuses are
-// returned with their headers.
-func (c *Client) api(ctx context.Context, u string) (*http.Response, []byte, error) {
-	var last error
-	for attempt := 0; attempt < c.opts.Retries; attempt++ {
-		if attempt > 0 {
-			if err := sleep(ctx, backoff(attempt)); err != nil {
-				return nil, nil, err
-			}
-		}
+// api GETs a small JSON answer (what names it in errors); each attempt,
+// body included, must finish within StallTimeout, and the body must fit
+// maxAPIBody. Error statuses are returned with their headers.
+func (c *Client) api(ctx context.Context, what, u string) (resp *http.Response, body []byte, err error) {
+	err = c.try(ctx, what, func(ctx context.Context) (bool, error) {
 		late := fmt.Errorf("%w: no whole answer within %v (HF_HUB_DOWNLOAD_TIMEOUT)", ErrStalled, c.opts.StallTimeout)
 		actx, cancel := context.WithTimeoutCause(ctx, c.opts.StallTimeout, late)
-		resp, err := c.send(actx, http.MethodGet, u, nil)
-		if err == nil {
-			body, err := readBody(resp)
-			cancel()
-			if err == nil || isFinal(err) {
-				return resp, body, err
-			}
-			last = err
-		} else {
-			cancel()
-			last = err
+		defer cancel()
+		r, err := c.send(actx, http.MethodGet, u, nil)
+		if err != nil {
+			return true, err
 		}
-		if ctx.Err() != nil {
-			return nil, nil, context.Cause(ctx)
+		b, err := readBody(r)
+		if err != nil {
+			return !isFinal(err), err
+		}
+		resp, body = r, b
+		return false, nil
+	})
+	return resp, body, err
+}
+
+// try runs attempt until it succeeds or fails in a way it says a retry
+// cannot change, at most Retries times, with backoff. A failure to reach
+// the server at all is tried once more at most, and not when the name does
+// not exist: without a network the caller learns it at once, as from
+// huggingface_hub, and Snapshot can fall back to the cache. Errors other
+// than a *hubError (a whole message already) are prefixed with what.
+func (c *Client) try(ctx context.Context, what string, attempt func(context.Context) (retry bool, err error)) error {
+	var last error
+	dialRetried := false
+	for i := 0; i < c.opts.Retries; i++ {
+		if i > 0 {
+			if err := sleep(ctx, backoff(i)); err != nil {
+				return err
+			}
+		}
+		retry, err := attempt(ctx)
+		switch he := (*hubError)(nil); {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return context.Cause(ctx)
+		case errors.As(err, &he):
+			return err
+		case !retry:
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		last = err
+		if unreachable, again := dialFailure(err); unreachable {
+			if !again || dialRetried || i == c.opts.Retries-1 {
+				return fmt.Errorf("%s: %w: %w", what, ErrUnreachable, err)
+			}
+			dialRetried = true
 		}
 	}
-	return nil, nil, fmt.Errorf("hub: giving up after %d attempts: %w", c.opts.Retries, last)
+	return fmt.Errorf("%s: giving up after %d attempts: %w", what, c.opts.Retries, last)
+}
+
+// dialFailure reports whether err is a failure to reach the server at all
+// (a DNS lookup, a refused or unreachable connection, a proxy that cannot
+// connect), and whether a retry may help: not for a name that does not
+// exist.
+func dialFailure(err error) (failed, retry bool) {
+	if dns := (*net.DNSError)(nil); errors.As(err, &dns) {
+		return true, !dns.IsNotFound
+	}
+	if op := (*net.OpError)(nil); errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect") {
+		return true, true
+	}
+	return false, false
+}
+
+// dialReason is the short cause of a failure to reach the server, for a
+// one-line notice: "lookup huggingface.co: no such host", "connect:
+// connection refused".
+func dialReason(err error) string {
+	if dns := (*net.DNSError)(nil); errors.As(err, &dns) {
+		return "lookup " + dns.Name + ": " + dns.Err
+	}
+	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Err != nil {
+		return op.Err.Error()
+	}
+	return err.Error()
 }
 
 // errTooLarge is an answer over maxAPIBody: final, a retry brings the same.
@@ -197,7 +251,7 @@ func (c *Client) apiError(status int, h http.Header, repo, revision, path string
 	case status == http.StatusNotFound:
 		return newError(ErrEntryNotFound, "repo %s has no file %s at %s%s", repo, path, revision, suffix(msg))
 	}
-	return fmt.Errorf("hub: %s %s: %s%s", repo, path, statusText, suffix(msg))
+	return &hubError{msg: fmt.Sprintf("hub: %s %s: %s%s", repo, path, statusText, suffix(msg))}
 }
 
 // isFinal reports whether err is an answer that retrying cannot change.
@@ -236,9 +290,9 @@ func (c *Client) Resolve(ctx context.Context, repoID, revision string) (*RepoInf
 		return nil, newError(ErrOffline, "offline: cannot resolve %s@%s", repoID, revision)
 	}
 	u := fmt.Sprintf("%s/api/models/%s/revision/%s?blobs=true", c.opts.Endpoint, repoID, url.PathEscape(revision))
-	resp, body, err := c.api(ctx, u)
+	resp, body, err := c.api(ctx, fmt.Sprintf("hub: revision API for %s@%s", repoID, revision), u)
 	if err != nil {
-		return nil, fmt.Errorf("hub: revision API for %s@%s: %w", repoID, revision, err)
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, c.apiError(resp.StatusCode, resp.Header, repoID, revision, "")
@@ -371,34 +425,21 @@ func (c *Client) head(ctx context.Context, repoID, commit string, f FileInfo) (F
 	hc := *c.http
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	nc := &Client{opts: c.opts, host: c.host, http: &hc}
-	var last error
-	for attempt := 0; attempt < c.opts.Retries; attempt++ {
-		if attempt > 0 {
-			if err := sleep(ctx, backoff(attempt)); err != nil {
-				return f, err
-			}
-		}
+	err := c.try(ctx, fmt.Sprintf("hub: %s/%s", repoID, f.Path), func(ctx context.Context) (bool, error) {
 		actx, cancel := context.WithTimeoutCause(ctx, c.opts.StallTimeout, c.stallCause())
+		defer cancel()
 		resp, err := nc.send(actx, http.MethodHead, u, http.Header{"Accept-Encoding": {"identity"}})
-		cancel()
 		if err != nil {
-			if ctx.Err() != nil {
-				return f, context.Cause(ctx)
-			}
-			last = err
-			continue
+			return true, err
 		}
 		resp.Body.Close()
 		if resp.StatusCode >= 400 {
-			return f, c.apiError(resp.StatusCode, resp.Header, repoID, commit, f.Path)
+			return false, c.apiError(resp.StatusCode, resp.Header, repoID, commit, f.Path)
 		}
-		f, err := fileMeta(f, resp.Header, resp.ContentLength)
-		if err != nil {
-			return f, fmt.Errorf("hub: %s/%s: %w", repoID, f.Path, err)
-		}
-		return f, nil
-	}
-	return f, fmt.Errorf("hub: %s/%s: giving up after %d attempts: %w", repoID, f.Path, c.opts.Retries, last)
+		f, err = fileMeta(f, resp.Header, resp.ContentLength)
+		return false, err
+	})
+	return f, err
 }
 
 // fileMeta reads a file's etag and size from the resolve URL's answer as

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha1"
 	"crypto/sha256"
@@ -45,15 +46,7 @@ func (c *Client) Snapshot(ctx context.Context, repoID, revision string, include 
 	}
 	info, err := c.Resolve(ctx, repoID, revision)
 	if err != nil {
-		if ctx.Err() == nil && !isFinal(err) && validRepoID(repoID) == nil {
-			if s, cerr := CachedSnapshot(c.opts.CacheDir, repoID, revision, include); cerr == nil {
-				if c.opts.Progress != nil {
-					fmt.Fprintf(c.opts.Progress, "hub: %v\nhub: using the cached snapshot %s\n", err, s.Dir)
-				}
-				return s, nil
-			}
-		}
-		return nil, err
+		return c.fromCache(ctx, err, repoID, revision, include)
 	}
 	files, err := selectFiles(info, include)
 	if err != nil {
@@ -102,6 +95,38 @@ func (c *Client) Snapshot(ctx context.Context, repoID, revision string, include 
 		return nil, fmt.Errorf("hub: cache: refs/%s: %w", revision, err)
 	}
 	return &Snapshot{Dir: filepath.Join(p.snapshots, info.Commit), RepoID: repoID, Revision: revision, Commit: info.Commit, Files: files}, nil
+}
+
+// fromCache answers a Resolve that failed with err. When the Hub could
+// not be reached, or answered with an error that a retry might change, a
+// complete cached snapshot is used, with a one-line notice, as
+// huggingface_hub does; without one, an unreachable Hub gets an error that
+// says what to do.
+func (c *Client) fromCache(ctx context.Context, err error, repoID, revision string, include []string) (*Snapshot, error) {
+	if ctx.Err() != nil || isFinal(err) || validRepoID(repoID) != nil {
+		return nil, err
+	}
+	unreachable := errors.Is(err, ErrUnreachable)
+	s, cerr := CachedSnapshot(c.opts.CacheDir, repoID, revision, include)
+	switch {
+	case cerr == nil && unreachable:
+		c.notice("hub: %s unreachable (%s); using the cached snapshot %s of %s", c.host, dialReason(err), s.Commit, repoID)
+		return s, nil
+	case cerr == nil:
+		c.notice("%v; using the cached snapshot %s of %s", err, s.Commit, repoID)
+		return s, nil
+	case unreachable:
+		return nil, newError(ErrUnreachable, "cannot reach %s (%s), and the cache %s has no complete copy of %s@%s: check the network and HF_ENDPOINT (the Hub to use); a model already in the cache is used without the network with --offline (HF_HUB_OFFLINE=1)",
+			c.opts.Endpoint, dialReason(err), c.opts.CacheDir, repoID, revision)
+	}
+	return nil, err
+}
+
+// notice writes one line to Notices, else Progress, if either is set.
+func (c *Client) notice(format string, args ...any) {
+	if w := cmp.Or(c.opts.Notices, c.opts.Progress); w != nil {
+		fmt.Fprintf(w, format+"\n", args...)
+	}
 }
 
 // selectFiles picks the files include asks for. A name without wildcards

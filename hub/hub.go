@@ -58,6 +58,9 @@ type Options struct {
 	RateWindow time.Duration
 	// Progress receives progress bars (nil: none).
 	Progress io.Writer
+	// Notices receives one-line notices, such as a fall back to the cache
+	// when the Hub cannot be reached (nil: Progress).
+	Notices io.Writer
 	// HTTPClient sends the requests (tests inject one; nil: a default with timeouts).
 	HTTPClient *http.Client
 
@@ -228,6 +231,9 @@ var (
 	// ErrStalled: a download received less than Options.MinRate over
 	// Options.RateWindow, or no byte for Options.StallTimeout on every try.
 	ErrStalled = errors.New("download stalled")
+	// ErrUnreachable: the Hub could not be reached at all (DNS, a refused
+	// or unreachable connection).
+	ErrUnreachable = errors.New("cannot reach the Hub")
 )
 
 // RepoInfo is what the revision API says of a repo at a revision.
