@@ -238,17 +238,21 @@ func TestHostileDownload(t *testing.T) {
 
 // TestTrickle serves the file through servers that stall after a few
 // bytes per request or trickle it far slower than any link: each ends in
-// ErrStalled, where retries once reset on every byte; a slow but real
-// rate completes.
+// ErrStalled, by the rate watchdog or by running out of retries (which
+// once reset on every byte); a slow but real rate completes.
 func TestTrickle(t *testing.T) {
 	tests := []struct {
-		name   string
-		faults hubtest.Faults
-		want   string // "" = success
+		name          string
+		faults        hubtest.Faults
+		stall, window time.Duration
+		want          []string // none: success
 	}{
-		{"a few bytes per request, then a stall", hubtest.Faults{StallAfter: 10}, "download stalled"},
-		{"a trickle", hubtest.Faults{Rate: 200}, "download stalled: under 1.0 KiB/s for 300ms"},
-		{"slow but real", hubtest.Faults{Rate: 4 << 20}, ""},
+		{"a few bytes per request, then a stall", hubtest.Faults{StallAfter: 10}, time.Second, 300 * time.Millisecond,
+			[]string{"download stalled: under 1.0 KiB/s for 300ms (", "arrived; HF_HUB_DOWNLOAD_MIN_RATE and HF_HUB_DOWNLOAD_RATE_WINDOW set the limit)"}},
+		{"a few bytes per request, retried", hubtest.Faults{StallAfter: 10}, 100 * time.Millisecond, time.Hour,
+			[]string{"after 2 attempts that brought under 3.5 MiB each: download stalled: no data from the server for 100ms (HF_HUB_DOWNLOAD_TIMEOUT)"}},
+		{"a trickle", hubtest.Faults{Rate: 200}, time.Second, 300 * time.Millisecond, []string{"download stalled: under 1.0 KiB/s for 300ms"}},
+		{"slow but real", hubtest.Faults{Rate: 4 << 20}, time.Second, 300 * time.Millisecond, nil},
 	}
 	for _, tc := range tests {
 		for _, parts := range []int64{64 << 10, 1 << 30} {
@@ -260,15 +264,15 @@ func TestTrickle(t *testing.T) {
 				s.SetFaults("model.safetensors", &f)
 				o := hostileOptions(s.Hub.URL, t.TempDir())
 				o.PartSize = parts
-				o.StallTimeout, o.MinRate, o.RateWindow = 150*time.Millisecond, 1<<10, 300*time.Millisecond
-				if tc.want == "" {
+				o.StallTimeout, o.MinRate, o.RateWindow = tc.stall, 1<<10, tc.window
+				if tc.want == nil {
 					c, _ := New(o)
 					if _, err := c.Snapshot(context.Background(), "org/m", "main", nil); err != nil {
 						t.Fatal(err)
 					}
 					return
 				}
-				err := expectFailure(t, o, "org/m/model.safetensors", tc.want)
+				err := expectFailure(t, o, append(tc.want, "org/m/model.safetensors")...)
 				if !errors.Is(err, ErrStalled) {
 					t.Errorf("not ErrStalled: %v", err)
 				}
