@@ -330,3 +330,35 @@ func matchClass(pat string, c byte) (ok bool, width int, valid bool) {
 	}
 	return ok != neg, end + 1, true
 }
+
+// checkSpace refuses a download that the file system of blobs cannot hold:
+// the files' sizes, less the blobs and partial downloads already there. A
+// file system that reports no size (some network ones) is not checked.
+func checkSpace(blobs string, files []FileInfo) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(blobs, &st); err != nil || st.Blocks == 0 {
+		return nil
+	}
+	var need int64
+	seen := map[string]bool{}
+	for _, f := range files {
+		etag := f.etag()
+		if seen[etag] {
+			continue
+		}
+		seen[etag] = true
+		blob := filepath.Join(blobs, etag)
+		if blobDone(blob, f.Size) {
+			continue
+		}
+		need += f.Size
+		if pst, err := os.Stat(blob + ".incomplete"); err == nil && pst.Size() <= f.Size {
+			need -= pst.Size()
+		}
+	}
+	free := uint64(st.Bavail) * uint64(st.Bsize)
+	if need > 0 && uint64(need) > free {
+		return fmt.Errorf("the download needs %s in %s, which has %s free", formatBytes(need), blobs, formatBytes(int64(min(free, 1<<62))))
+	}
+	return nil
+}

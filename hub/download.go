@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha1"
 	"crypto/sha256"
@@ -13,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,15 +46,7 @@ func (c *Client) Snapshot(ctx context.Context, repoID, revision string, include 
 	}
 	info, err := c.Resolve(ctx, repoID, revision)
 	if err != nil {
-		if ctx.Err() == nil && !isFinal(err) && validRepoID(repoID) == nil {
-			if s, cerr := CachedSnapshot(c.opts.CacheDir, repoID, revision, include); cerr == nil {
-				if c.opts.Progress != nil {
-					fmt.Fprintf(c.opts.Progress, "hub: %v\nhub: using the cached snapshot %s\n", err, s.Dir)
-				}
-				return s, nil
-			}
-		}
-		return nil, err
+		return c.fromCache(ctx, err, repoID, revision, include)
 	}
 	files, err := selectFiles(info, include)
 	if err != nil {
@@ -65,13 +57,16 @@ func (c *Client) Snapshot(ctx context.Context, repoID, revision string, include 
 	}
 	var total int64
 	for _, f := range files {
-		total += f.Size
+		total += f.Size // at most maxRepoFiles * maxFileSize: no overflow
 	}
 	p := pathsFor(c.opts.CacheDir, repoID)
 	for _, d := range []string{p.blobs, p.snapshots, p.refs} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("hub: cache: %w", err)
 		}
+	}
+	if err := checkSpace(p.blobs, files); err != nil {
+		return nil, fmt.Errorf("hub: %s@%s: %w", repoID, revision, err)
 	}
 	j := &job{p: p, info: info, conns: make(chan struct{}, c.opts.Workers),
 		prog: newProgress(c.opts.Progress, total, fmt.Sprintf("%s: %d files", repoID, len(files)))}
@@ -100,6 +95,38 @@ func (c *Client) Snapshot(ctx context.Context, repoID, revision string, include 
 		return nil, fmt.Errorf("hub: cache: refs/%s: %w", revision, err)
 	}
 	return &Snapshot{Dir: filepath.Join(p.snapshots, info.Commit), RepoID: repoID, Revision: revision, Commit: info.Commit, Files: files}, nil
+}
+
+// fromCache answers a Resolve that failed with err. When the Hub could
+// not be reached, or answered with an error that a retry might change, a
+// complete cached snapshot is used, with a one-line notice, as
+// huggingface_hub does; without one, an unreachable Hub gets an error that
+// says what to do.
+func (c *Client) fromCache(ctx context.Context, err error, repoID, revision string, include []string) (*Snapshot, error) {
+	if ctx.Err() != nil || isFinal(err) || validRepoID(repoID) != nil {
+		return nil, err
+	}
+	unreachable := errors.Is(err, ErrUnreachable)
+	s, cerr := CachedSnapshot(c.opts.CacheDir, repoID, revision, include)
+	switch {
+	case cerr == nil && unreachable:
+		c.notice("hub: %s unreachable (%s); using the cached snapshot %s of %s", c.host, dialReason(err), s.Commit, repoID)
+		return s, nil
+	case cerr == nil:
+		c.notice("%v; using the cached snapshot %s of %s", err, s.Commit, repoID)
+		return s, nil
+	case unreachable:
+		return nil, newError(ErrUnreachable, "cannot reach %s (%s), and the cache %s has no complete copy of %s@%s: check the network and HF_ENDPOINT (the Hub to use); a model already in the cache is used without the network with --offline (HF_HUB_OFFLINE=1)",
+			c.opts.Endpoint, dialReason(err), c.opts.CacheDir, repoID, revision)
+	}
+	return nil, err
+}
+
+// notice writes one line to Notices, else Progress, if either is set.
+func (c *Client) notice(format string, args ...any) {
+	if w := cmp.Or(c.opts.Notices, c.opts.Progress); w != nil {
+		fmt.Fprintf(w, format+"\n", args...)
+	}
 }
 
 // selectFiles picks the files include asks for. A name without wildcards
@@ -181,6 +208,8 @@ func (c *Client) fetchFile(ctx context.Context, j *job, f FileInfo) (err error) 
 		return nil
 	}
 	d := &dest{u: resolveURL(c.opts.Endpoint, j.info.RepoID, j.info.Commit, f.Path), file: f, part: blob + ".incomplete", bar: bar}
+	ctx, stop := c.watchRate(ctx, d, j.info.RepoID+"/"+f.Path)
+	defer stop()
 	h, want := newHash(f)
 	_, statErr := os.Stat(d.part + ".parts")
 	if statErr == nil || (f.Size >= 2*c.opts.PartSize && c.opts.Workers > 1) {
@@ -225,6 +254,10 @@ type dest struct {
 	file FileInfo
 	part string
 	bar  *fileBar
+	// received counts the bytes that arrived from the network (skipped
+	// ones too) and open the requests in flight, for the rate watchdog.
+	received atomic.Int64
+	open     atomic.Int32
 	// mem, when not nil, maps the whole of part (a parallel download on
 	// Linux): ranges are read from the network straight into it.
 	mem []byte
@@ -234,6 +267,44 @@ type dest struct {
 	ps     int64
 	filled []atomic.Int64
 	more   chan struct{}
+}
+
+// watchRate ends the download of d (named what) when, over RateWindow of
+// time with a request of it open, fewer than MinRate bytes a second
+// arrive: the returned context is cancelled with an ErrStalled cause.
+// Time without an open request (waiting for a connection slot, a lock or
+// a retry's backoff) is not counted against the server.
+func (c *Client) watchRate(ctx context.Context, d *dest, what string) (context.Context, func()) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	need := int64(float64(c.opts.MinRate) * c.opts.RateWindow.Seconds())
+	tick := max(c.opts.RateWindow/8, time.Millisecond)
+	go func() {
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		var active time.Duration
+		base := d.received.Load()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			}
+			if d.open.Load() == 0 {
+				continue
+			}
+			if active += tick; active < c.opts.RateWindow {
+				continue
+			}
+			got := d.received.Load()
+			if got-base < need {
+				cancel(newError(ErrStalled, "%s: download stalled: under %s/s for %v (%s arrived; HF_HUB_DOWNLOAD_MIN_RATE and HF_HUB_DOWNLOAD_RATE_WINDOW set the limit)",
+					what, formatBytes(c.opts.MinRate), c.opts.RateWindow, formatBytes(got-base)))
+				return
+			}
+			base, active = got, 0
+		}
+	}()
+	return wctx, func() { cancel(nil) }
 }
 
 // arrived records that [from, to) of the mapped file has been read in,
@@ -294,8 +365,8 @@ type partRecord struct {
 // cuts the file back to its finished prefix, so the .incomplete file stays
 // a valid prefix (as huggingface_hub expects) and resumes with Range.
 func (c *Client) fetchParts(ctx context.Context, j *job, d *dest, h hash.Hash) error {
-	size, ps := d.file.Size, c.opts.PartSize
-	n := int((size + ps - 1) / ps)
+	size := d.file.Size
+	ps, n := planParts(size, c.opts.PartSize)
 	done := make([]bool, n)
 	record := d.part + ".parts"
 	f, err := os.OpenFile(d.part, os.O_CREATE|os.O_RDWR, 0o644)
@@ -307,7 +378,7 @@ func (c *Client) fetchParts(ctx context.Context, j *job, d *dest, h hash.Hash) e
 	if err != nil {
 		return fmt.Errorf("cache: %w", err)
 	}
-	if b, err := os.ReadFile(record); err == nil {
+	if b, err := readRecord(record); err == nil {
 		// Parts finished out of order by a process that was killed.
 		r, err := parseRecord(b, ps, n)
 		if err != nil || st.Size() != size {
@@ -416,8 +487,29 @@ func (c *Client) fetchParts(ctx context.Context, j *job, d *dest, h hash.Hash) e
 	return nil
 }
 
+// readRecord reads a part record file of at most maxRecordSize bytes.
+func readRecord(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxRecordSize+1))
+}
+
+// planParts splits size bytes into n parts of ps bytes (the last shorter):
+// parts of partSize, larger where that would make over maxParts. Sizes are
+// checked against maxFileSize first, so nothing overflows.
+func planParts(size, partSize int64) (ps int64, n int) {
+	ps = max(partSize, (size+maxParts-1)/maxParts, 1)
+	return ps, int((size + ps - 1) / ps)
+}
+
 // parseRecord reads a part record written for parts of size ps, n parts.
 func parseRecord(b []byte, ps int64, n int) ([]bool, error) {
+	if len(b) > maxRecordSize {
+		return nil, fmt.Errorf("part record: over %s", formatBytes(maxRecordSize))
+	}
 	var r partRecord
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("part record: %w", err)
@@ -499,13 +591,16 @@ func hashMapped(d *dest, size int64, ready <-chan int, stop <-chan struct{}, h h
 }
 
 // fillRange downloads [off, end) into f, retrying 5xx answers, dropped
-// connections and stalls from where they stopped; an attempt that brings
-// bytes resets the retry count. h, if not nil, sees the bytes in order.
+// connections and stalls from where they stopped. An attempt resets the
+// retry count only when it brings what MinRate asks of a RateWindow, so a
+// server that sends a few bytes per request and stalls runs out of
+// retries. h, if not nil, sees the bytes in order.
 func (c *Client) fillRange(ctx context.Context, j *job, d *dest, f *os.File, off, end int64, h hash.Hash) error {
+	enough := max(1, int64(float64(c.opts.MinRate)*c.opts.RateWindow.Seconds()))
 	var last error
 	for attempt := 0; off < end; attempt++ {
 		if attempt >= c.opts.Retries {
-			return fmt.Errorf("giving up at byte %d after %d attempts: %w", off, attempt, last)
+			return fmt.Errorf("giving up at byte %d after %d attempts that brought under %s each: %w", off, attempt, formatBytes(enough), last)
 		}
 		if attempt > 0 {
 			if err := sleep(ctx, backoff(attempt)); err != nil {
@@ -514,12 +609,12 @@ func (c *Client) fillRange(ctx context.Context, j *job, d *dest, f *os.File, off
 		}
 		n, err := c.getRange(ctx, j, d, f, off, end, h)
 		off += n
-		if n > 0 {
+		if n >= enough {
 			attempt = -1
 		}
 		switch {
 		case ctx.Err() != nil:
-			return ctx.Err()
+			return context.Cause(ctx)
 		case err != nil && isFinal(err):
 			return err
 		case err != nil:
@@ -538,13 +633,18 @@ func (c *Client) getRange(ctx context.Context, j *job, d *dest, f *os.File, off,
 	select {
 	case j.conns <- struct{}{}:
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, context.Cause(ctx)
 	}
 	defer func() { <-j.conns }()
+	d.open.Add(1)
+	defer d.open.Add(-1)
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	timer := time.AfterFunc(c.opts.StallTimeout, func() { cancel(errStalled) })
+	timer := time.AfterFunc(c.opts.StallTimeout, func() { cancel(c.stallCause()) })
 	defer timer.Stop()
+	idle := func(r io.Reader) io.Reader {
+		return &idleReader{r: r, timer: timer, d: c.opts.StallTimeout, count: &d.received}
+	}
 
 	hdr := http.Header{"Accept-Encoding": {"identity"}}
 	if off > 0 || end < d.file.Size {
@@ -555,79 +655,85 @@ func (c *Client) getRange(ctx context.Context, j *job, d *dest, f *os.File, off,
 		return 0, err
 	}
 	defer resp.Body.Close()
-	var body io.Reader = resp.Body
+	body := resp.Body
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
-		if start, ok := rangeStart(resp.Header.Get("Content-Range")); !ok || start != off {
-			return 0, fmt.Errorf("asked for bytes from %d, got Content-Range %q", off, resp.Header.Get("Content-Range"))
+		if err := checkRange(resp.Header.Get("Content-Range"), off, end, d.file.Size); err != nil {
+			return 0, err
 		}
 	case http.StatusOK:
 		// The whole file: skip what we have (a server that ignores Range).
-		if _, err := io.CopyN(io.Discard, &idleReader{r: body, timer: timer, d: c.opts.StallTimeout}, off); err != nil {
+		if resp.ContentLength >= 0 && resp.ContentLength != d.file.Size {
+			return 0, fmt.Errorf("the whole file came with Content-Length %d, the Hub lists %d bytes", resp.ContentLength, d.file.Size)
+		}
+		if _, err := io.CopyN(io.Discard, idle(body), off); err != nil {
 			return 0, stalled(actx, err)
 		}
 	default:
 		if resp.Request.URL.Host != c.host {
 			// A CDN's refusal (an expired signature, say): a new request
 			// to the Hub brings a fresh redirect, so it may be retried.
-			return 0, fmt.Errorf("CDN %s answered %s", resp.Request.URL.Host, resp.Status)
+			return 0, fmt.Errorf("CDN %s answered %s", clip(resp.Request.URL.Host), statusLine(resp.StatusCode))
 		}
 		return 0, c.apiError(resp.StatusCode, resp.Header, j.info.RepoID, j.info.Commit, d.file.Path)
 	}
 	if d.mem != nil && h == nil {
 		populate(d.mem[off:end])
-		n, err := readInto(d.mem[off:end], &idleReader{r: body, timer: timer, d: c.opts.StallTimeout}, d.bar,
-			func(k int64) { d.arrived(off, off+k) })
+		n, err := readInto(d.mem[off:end], idle(body), d.bar, func(k int64) { d.arrived(off, off+k) })
 		return n, stalled(actx, err)
 	}
-	n, err := copyAt(f, off, &idleReader{r: io.LimitReader(body, end-off), timer: timer, d: c.opts.StallTimeout}, h, d.bar)
+	n, err := copyAt(f, off, idle(io.LimitReader(body, end-off)), h, d.bar)
 	return n, stalled(actx, err)
 }
 
-// stalled names a read cut off by the stall timer.
+// stalled names a read cut off by the stall timer or the rate watchdog.
 func stalled(ctx context.Context, err error) error {
-	if err != nil && errors.Is(context.Cause(ctx), errStalled) {
-		return errStalled
+	if cause := context.Cause(ctx); err != nil && errors.Is(cause, ErrStalled) {
+		return cause
 	}
 	return err
 }
 
-// rangeStart reads the first byte of "bytes a-b/total".
-func rangeStart(cr string) (int64, bool) {
-	s, ok := strings.CutPrefix(cr, "bytes ")
-	if !ok {
-		return 0, false
+// checkRange checks a 206 answer's Content-Range against the request for
+// [off, end) of a file of size bytes: it must start at off and lie in the
+// file (it may end early; the rest is asked for again).
+func checkRange(cr string, off, end, size int64) error {
+	first, last, total, err := parseContentRange(cr)
+	switch {
+	case err != nil:
+		return fmt.Errorf("asked for bytes %d-%d: %w", off, end-1, err)
+	case first != off || last >= size || (total >= 0 && total != size):
+		return fmt.Errorf("asked for bytes %d-%d of %d, got Content-Range %s", off, end-1, size, clip(cr))
 	}
-	a, _, ok := strings.Cut(s, "-")
-	if !ok {
-		return 0, false
-	}
-	v, err := strconv.ParseInt(a, 10, 64)
-	return v, err == nil
+	return nil
 }
 
-// idleReader pushes a stall timer back on every read that brings bytes.
+// idleReader pushes a stall timer back on every read that brings bytes,
+// and counts them (skipped ones too: the link is alive) for the watchdog.
 type idleReader struct {
 	r     io.Reader
 	timer *time.Timer
 	d     time.Duration
+	count *atomic.Int64
 }
 
 func (r *idleReader) Read(p []byte) (int, error) {
 	n, err := r.r.Read(p)
 	if n > 0 {
 		r.timer.Reset(r.d)
+		r.count.Add(int64(n))
 	}
 	return n, err
 }
 
 // copyAt copies body into f from offset off (and into h, if not nil),
-// counting progress; it returns the bytes written, also on error.
+// counting progress; it returns the bytes written, also on error. It
+// writes what each read brings, so a killed process keeps what arrived.
 func copyAt(f *os.File, off int64, body io.Reader, h hash.Hash, bar *fileBar) (int64, error) {
 	buf := make([]byte, 1<<20)
 	var n int64
 	for {
-		k, rerr := io.ReadFull(body, buf)
+		k, rerr := body.Read(buf)
 		if k > 0 {
 			if _, err := f.WriteAt(buf[:k], off+n); err != nil {
 				return n, fmt.Errorf("cache: %w", err)
@@ -638,7 +744,7 @@ func copyAt(f *os.File, off int64, body io.Reader, h hash.Hash, bar *fileBar) (i
 			n += int64(k)
 			bar.add(int64(k))
 		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+		if rerr == io.EOF {
 			return n, nil // the caller compares n with what it asked for
 		}
 		if rerr != nil {

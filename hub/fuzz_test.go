@@ -1,6 +1,8 @@
 package hub
 
 import (
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -14,13 +16,19 @@ func FuzzParseRevision(f *testing.F) {
 	f.Add([]byte(`{"sha":"` + sha + `","siblings":[{"rfilename":"../x"}]}`))
 	f.Add([]byte(`{"sha":1}`))
 	f.Add([]byte(`[]`))
+	f.Add([]byte(`{"sha":"` + sha + `","siblings":[{"rfilename":"m.safetensors","lfs":{"sha256":"` + strings.Repeat("b", 64) + `","size":9223372036854775807}}]}`))
+	f.Add([]byte(`{"sha":"` + sha + `","siblings":[{"rfilename":"m","size":4611686018427387904},{"rfilename":"n","size":-1}]}`))
+	f.Add([]byte(`{"sha":"` + sha + `","cardData":{"a":[1,2,{"b":null}]},"siblings":[{},{"rfilename":"a/b"}],"siblings":[]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		info, err := parseRevision("org/m", "main", data)
 		if err != nil {
 			return
 		}
+		if !isHex(info.Commit, 40) || len(info.Files) > maxRepoFiles {
+			t.Fatalf("accepted commit %q with %d files", info.Commit, len(info.Files))
+		}
 		for _, fi := range info.Files {
-			if checkRelPath(fi.Path) != nil || fi.Size < 0 {
+			if checkRelPath(fi.Path) != nil || fi.Size < 0 || fi.Size > maxFileSize {
 				t.Fatalf("accepted file %+v", fi)
 			}
 			if fi.SHA256 != "" && !isHex(fi.SHA256, 64) {
@@ -61,6 +69,45 @@ func FuzzParseRecord(f *testing.F) {
 		done, err := parseRecord(data, ps, n)
 		if err == nil && len(done) != n {
 			t.Fatalf("%d flags for %d parts", len(done), n)
+		}
+	})
+}
+
+// FuzzResponseHeaders feeds arbitrary headers to what reads them: the
+// HEAD metadata (X-Linked-Etag, ETag, X-Linked-Size, Content-Length), a
+// 206's Content-Range and a redirect's Location. No panic, and whatever is
+// accepted is within bounds: a size nothing can overflow on, a range
+// inside its total, a redirect to an http(s) host.
+func FuzzResponseHeaders(f *testing.F) {
+	oid := strings.Repeat("b", 64)
+	f.Add(`"`+oid+`"`, `"`+strings.Repeat("c", 40)+`"`, "1234", int64(-1), "bytes 0-99/100", "https://cdn.example/x?sig=1")
+	f.Add("", `W/"`+strings.Repeat("c", 40)+`"`, "", int64(4611686018427387904), "bytes 5-4/9", "ftp://x")
+	f.Add(oid, "", "9223372036854775807", int64(0), "bytes 0-99999999999999999999/*", "http:///x")
+	f.Add(oid, "", "-1", int64(7), "bytes -1-5/9", "/relative")
+	f.Fuzz(func(t *testing.T, linkedEtag, etag, linkedSize string, contentLength int64, contentRange, location string) {
+		h := http.Header{}
+		for k, v := range map[string]string{"X-Linked-Etag": linkedEtag, "Etag": etag, "X-Linked-Size": linkedSize} {
+			if v != "" {
+				h.Set(k, v)
+			}
+		}
+		if fi, err := fileMeta(FileInfo{Path: "m"}, h, contentLength); err == nil {
+			if fi.Size < 0 || fi.Size > maxFileSize || !isHex(fi.etag(), 64) && !isHex(fi.etag(), 40) {
+				t.Fatalf("accepted %+v", fi)
+			}
+		}
+		if first, last, total, err := parseContentRange(contentRange); err == nil {
+			if first < 0 || last < first || total != -1 && total <= last {
+				t.Fatalf("accepted %q as %d-%d/%d", contentRange, first, last, total)
+			}
+			if checkRange(contentRange, first, last+1, max(total, last+1)) != nil {
+				t.Fatalf("%q does not fit the range it names", contentRange)
+			}
+		}
+		if u, err := url.Parse(location); err == nil && checkLocation(u) == nil {
+			if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+				t.Fatalf("accepted a redirect to %q", location)
+			}
 		}
 	})
 }

@@ -9,6 +9,7 @@
 package hub
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -39,21 +41,40 @@ type Options struct {
 	// PartSize is the size of a ranged part of a large file (default 32 MiB).
 	PartSize int64
 	// Retries bounds attempts per request on 5xx, dropped connections and
-	// stalls (default 5); an attempt that brings bytes resets the count.
+	// stalls (default 5); an attempt resets the count only when it brings
+	// at least what MinRate asks of a RateWindow, so a server that sends a
+	// few bytes per request cannot keep a download alive.
 	Retries int
 	// StallTimeout abandons and retries a request that brings no byte for
-	// this long (default 30s), so a stalled server cannot hang a download.
+	// this long (default 30s; HF_HUB_DOWNLOAD_TIMEOUT, in seconds), so a
+	// stalled server cannot hang a download.
 	StallTimeout time.Duration
+	// MinRate and RateWindow end a file's download when, over RateWindow of
+	// time with a request of it open, it receives fewer than MinRate bytes a
+	// second (defaults 1 KiB/s and 60s; HF_HUB_DOWNLOAD_MIN_RATE in bytes a
+	// second, HF_HUB_DOWNLOAD_RATE_WINDOW in seconds): a server trickling
+	// bytes far slower than any real link ends in an error, not a hang.
+	MinRate    int64
+	RateWindow time.Duration
 	// Progress receives progress bars (nil: none).
 	Progress io.Writer
+	// Notices receives one-line notices, such as a fall back to the cache
+	// when the Hub cannot be reached (nil: Progress).
+	Notices io.Writer
 	// HTTPClient sends the requests (tests inject one; nil: a default with timeouts).
 	HTTPClient *http.Client
+
+	// envErr is an environment variable OptionsFromEnv could not read; New
+	// reports it, so a typo is an error rather than a silent default.
+	envErr error
 }
 
 // OptionsFromEnv reads the environment as huggingface_hub does: HF_ENDPOINT,
 // HF_TOKEN (else HUGGING_FACE_HUB_TOKEN, else the file HF_TOKEN_PATH or
 // $HF_HOME/token), HF_HOME (else $XDG_CACHE_HOME/huggingface, else
-// ~/.cache/huggingface), HF_HUB_CACHE and HF_HUB_OFFLINE.
+// ~/.cache/huggingface), HF_HUB_CACHE, HF_HUB_OFFLINE and
+// HF_HUB_DOWNLOAD_TIMEOUT; and lowbit's own HF_HUB_DOWNLOAD_MIN_RATE and
+// HF_HUB_DOWNLOAD_RATE_WINDOW. A value it cannot read makes New fail.
 func OptionsFromEnv() Options {
 	home := os.Getenv("HF_HOME")
 	if home == "" {
@@ -86,7 +107,31 @@ func OptionsFromEnv() Options {
 	case "1", "true", "yes", "on":
 		o.Offline = true
 	}
+	o.StallTimeout = envSeconds("HF_HUB_DOWNLOAD_TIMEOUT", &o.envErr)
+	o.RateWindow = envSeconds("HF_HUB_DOWNLOAD_RATE_WINDOW", &o.envErr)
+	if v := os.Getenv("HF_HUB_DOWNLOAD_MIN_RATE"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			o.envErr = cmp.Or(o.envErr, fmt.Errorf("hub: HF_HUB_DOWNLOAD_MIN_RATE=%q is not a positive number of bytes a second", v))
+		}
+		o.MinRate = n
+	}
 	return o
+}
+
+// envSeconds reads a duration in seconds ("30", "2.5") from the variable
+// name (0 when unset), recording the first unreadable one in errp.
+func envSeconds(name string, errp *error) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0
+	}
+	s, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(s > 0 && s <= maxSeconds) {
+		*errp = cmp.Or(*errp, fmt.Errorf("hub: %s=%q is not a number of seconds (0 to %d)", name, v, maxSeconds))
+		return 0
+	}
+	return time.Duration(s * float64(time.Second))
 }
 
 // Client talks to one Hub endpoint and one cache.
@@ -101,6 +146,9 @@ type Client struct {
 
 // New checks the options and builds a client.
 func New(opts Options) (*Client, error) {
+	if opts.envErr != nil {
+		return nil, opts.envErr
+	}
 	if opts.Endpoint == "" {
 		opts.Endpoint = DefaultEndpoint
 	}
@@ -115,7 +163,7 @@ func New(opts Options) (*Client, error) {
 	if opts.Workers <= 0 {
 		opts.Workers = max(4, runtime.GOMAXPROCS(0))
 	}
-	if opts.PartSize <= 0 {
+	if opts.PartSize <= 0 || opts.PartSize > maxFileSize {
 		opts.PartSize = 32 << 20
 	}
 	if opts.Retries <= 0 {
@@ -124,6 +172,12 @@ func New(opts Options) (*Client, error) {
 	if opts.StallTimeout <= 0 {
 		opts.StallTimeout = 30 * time.Second
 	}
+	if opts.MinRate <= 0 {
+		opts.MinRate = 1 << 10
+	}
+	if opts.RateWindow <= 0 {
+		opts.RateWindow = 60 * time.Second
+	}
 	hc := opts.HTTPClient
 	if hc == nil {
 		// HTTP/1.1 only: parallel parts get a TCP connection each, which
@@ -131,13 +185,14 @@ func New(opts Options) (*Client, error) {
 		var protos http.Protocols
 		protos.SetHTTP1(true)
 		hc = &http.Client{Transport: &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			Protocols:             &protos,
-			TLSHandshakeTimeout:   30 * time.Second,
-			ResponseHeaderTimeout: 60 * time.Second,
-			IdleConnTimeout:       90 * time.Second,
-			MaxIdleConnsPerHost:   64,
-			DisableCompression:    true,
+			Proxy:                  http.ProxyFromEnvironment,
+			Protocols:              &protos,
+			TLSHandshakeTimeout:    30 * time.Second,
+			ResponseHeaderTimeout:  60 * time.Second,
+			IdleConnTimeout:        90 * time.Second,
+			MaxIdleConnsPerHost:    64,
+			DisableCompression:     true,
+			MaxResponseHeaderBytes: maxHeaderBytes,
 		}}
 	}
 	c := &Client{opts: opts, host: ep.Host}
@@ -155,6 +210,9 @@ func (c *Client) checkRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) >= 10 {
 		return errors.New("hub: too many redirects")
 	}
+	if err := checkLocation(req.URL); err != nil {
+		return err
+	}
 	if req.URL.Host != c.host {
 		req.Header.Del("Authorization")
 	}
@@ -170,6 +228,12 @@ var (
 	ErrEntryNotFound    = errors.New("file not found in repository")
 	ErrOffline          = errors.New("offline and not in the cache")
 	ErrChecksum         = errors.New("checksum mismatch")
+	// ErrStalled: a download received less than Options.MinRate over
+	// Options.RateWindow, or no byte for Options.StallTimeout on every try.
+	ErrStalled = errors.New("download stalled")
+	// ErrUnreachable: the Hub could not be reached at all (DNS, a refused
+	// or unreachable connection).
+	ErrUnreachable = errors.New("cannot reach the Hub")
 )
 
 // RepoInfo is what the revision API says of a repo at a revision.

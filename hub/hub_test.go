@@ -10,11 +10,13 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -549,26 +551,79 @@ func TestConcurrentClients(t *testing.T) {
 	}
 }
 
-// TestUnreachableUsesCache falls back to a complete cached snapshot when
-// the Hub cannot be reached, as huggingface_hub does.
-func TestUnreachableUsesCache(t *testing.T) {
+// countingTransport counts the requests it sends.
+type countingTransport struct {
+	n atomic.Int64
+}
+
+func (t *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	t.n.Add(1)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestUnreachable cannot reach the Hub (a closed server: connection
+// refused; a name that does not exist): with the snapshot cached it is
+// used after at most one quick retry, with a one-line notice; without it
+// the error says what to do.
+func TestUnreachable(t *testing.T) {
 	s := hubtest.New()
 	s.AddRepo("org/model", testRepo())
-	c, cache := newClient(t, s, func(o *Options) { o.Retries = 1 })
-	if _, err := c.Snapshot(context.Background(), "org/model", "main", nil); err != nil {
+	c, cache := newClient(t, s, nil)
+	first, err := c.Snapshot(context.Background(), "org/model", "main", nil)
+	if err != nil {
 		t.Fatal(err)
 	}
+	commit := first.Commit
+	closed := s.Hub.URL
 	s.Close()
-	var msg bytes.Buffer
-	c2, _ := newClient(t, s, func(o *Options) { o.CacheDir, o.Retries, o.Progress = cache, 1, &msg })
-	if _, err := c2.Snapshot(context.Background(), "org/model", "main", nil); err != nil {
-		t.Fatalf("unreachable Hub with a cached snapshot: %v", err)
+	tests := []struct {
+		name, endpoint, host, reason string
+		maxTries                     int64 // one quick retry; none for a name that does not exist
+	}{
+		{"connection refused", closed, strings.TrimPrefix(closed, "http://"), "connect: connection refused", 2},
+		{"no such host", "http://nonexistent.invalid", "nonexistent.invalid", "lookup nonexistent.invalid: no such host", 1},
 	}
-	if !strings.Contains(msg.String(), "using the cached snapshot") {
-		t.Errorf("no note of the fallback: %q", msg.String())
-	}
-	if _, err := c2.Snapshot(context.Background(), "org/other", "main", nil); err == nil {
-		t.Error("unreachable Hub and nothing cached: no error")
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var notices bytes.Buffer
+			tr := &countingTransport{}
+			c, err := New(Options{Endpoint: tc.endpoint, CacheDir: cache, Notices: &notices, HTTPClient: &http.Client{Transport: tr}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap, err := c.Snapshot(context.Background(), "org/model", "main", nil)
+			if err != nil || snap.Commit != commit {
+				t.Fatalf("cached snapshot: %+v, %v", snap, err)
+			}
+			want := fmt.Sprintf("hub: %s unreachable (%s", tc.host, tc.reason)
+			if tc.name == "no such host" && !strings.Contains(notices.String(), "no such host") {
+				t.Skipf("this machine's DNS does not answer (%q)", notices.String())
+			}
+			t.Log(strings.TrimSpace(notices.String()))
+			if got := notices.String(); !strings.HasPrefix(got, want) || !strings.HasSuffix(got, "); using the cached snapshot "+commit+" of org/model\n") || strings.Count(got, "\n") != 1 {
+				t.Errorf("notice %q, want one line %q...", got, want)
+			}
+			if n := tr.n.Load(); n > tc.maxTries {
+				t.Errorf("%d requests, want at most %d", n, tc.maxTries)
+			}
+
+			empty := t.TempDir()
+			c, _ = New(Options{Endpoint: tc.endpoint, CacheDir: empty, HTTPClient: &http.Client{Transport: tr}})
+			before := tr.n.Load()
+			_, err = c.Snapshot(context.Background(), "org/model", "main", nil)
+			if !errors.Is(err, ErrUnreachable) {
+				t.Fatalf("err = %v, want ErrUnreachable", err)
+			}
+			t.Log(err)
+			for _, w := range []string{"cannot reach " + tc.endpoint, tc.reason, empty, "org/model@main", "HF_ENDPOINT", "--offline (HF_HUB_OFFLINE=1)"} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("err = %v\nwant it to say %q", err, w)
+				}
+			}
+			if n := tr.n.Load() - before; n > tc.maxTries {
+				t.Errorf("%d requests, want at most %d", n, tc.maxTries)
+			}
+		})
 	}
 }
 

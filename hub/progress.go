@@ -184,6 +184,8 @@ func (f *fileBar) done(err error) {
 
 func formatBytes(n int64) string {
 	switch {
+	case n >= 1<<40:
+		return fmt.Sprintf("%.2f TiB", float64(n)/(1<<40))
 	case n >= 1<<30:
 		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
 	case n >= 1<<20:

@@ -4,7 +4,7 @@
 // server standing for the CDN, the X-Repo-Commit / X-Linked-Etag /
 // X-Linked-Size / ETag headers, HEAD and Range requests, gated and missing
 // repos with their X-Error-Code, and faults on demand (a dropped
-// connection, 500s, a flipped byte, a stall). It counts requests.
+// connection, 500s, a flipped byte, a stall, a trickle). It counts requests.
 package hubtest
 
 import (
@@ -62,6 +62,11 @@ type Faults struct {
 	StallFrom int64
 	// IgnoreRange answers every GET with the whole file (200).
 	IgnoreRange bool
+	// StallAfter, when > 0, sends this many body bytes of each answer and
+	// then stalls until the request is cancelled.
+	StallAfter int64
+	// Rate, when > 0, sends each answer's body at this many bytes a second.
+	Rate int64
 }
 
 // file is a served file with the hashes the Hub reports for it.
@@ -393,7 +398,10 @@ func (s *Server) serveContent(w http.ResponseWriter, r *http.Request, name strin
 	if fl.IgnoreRange {
 		r.Header.Del("Range")
 	}
-	cw := &countWriter{ResponseWriter: w, s: s, left: drop}
+	cw := &countWriter{ResponseWriter: w, s: s, left: drop, rate: fl.Rate, done: r.Context().Done()}
+	if fl.StallAfter > 0 {
+		cw.left = fl.StallAfter
+	}
 	var content io.ReadSeeker = bytes.NewReader(b)
 	if f.disk != "" && !fl.Flip {
 		if df, err := os.Open(f.disk); err == nil {
@@ -402,6 +410,10 @@ func (s *Server) serveContent(w http.ResponseWriter, r *http.Request, name strin
 		}
 	}
 	http.ServeContent(cw, r, path.Base(name), time.Time{}, content)
+	if cw.dropped && fl.StallAfter > 0 {
+		<-r.Context().Done()
+		return
+	}
 	if cw.dropped {
 		panic(http.ErrAbortHandler) // close the connection mid-body
 	}
@@ -414,18 +426,20 @@ func rangeStart(h string) int64 {
 	return v
 }
 
-// countWriter counts body bytes and, when left >= 0, stops after left bytes.
+// countWriter counts body bytes and, when left >= 0, stops after left
+// bytes; with rate > 0 it sends rate bytes a second.
 type countWriter struct {
 	http.ResponseWriter
 	s       *Server
 	left    int64
 	dropped bool
+	rate    int64
+	done    <-chan struct{} // the request's end
 }
 
 func (c *countWriter) Write(p []byte) (int, error) {
 	if c.left >= 0 && int64(len(p)) > c.left {
-		n, _ := c.ResponseWriter.Write(p[:c.left])
-		c.s.BytesServed.Add(int64(n))
+		n, _ := c.write(p[:c.left])
 		c.left, c.dropped = 0, true
 		if fl, ok := c.ResponseWriter.(http.Flusher); ok {
 			fl.Flush()
@@ -435,15 +449,43 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	if c.left >= 0 {
 		c.left -= int64(len(p))
 	}
-	n, err := c.ResponseWriter.Write(p)
-	c.s.BytesServed.Add(int64(n))
-	return n, err
+	return c.write(p)
+}
+
+// write sends p, in rate-limited flushed pieces when rate > 0.
+func (c *countWriter) write(p []byte) (int, error) {
+	if c.rate <= 0 {
+		n, err := c.ResponseWriter.Write(p)
+		c.s.BytesServed.Add(int64(n))
+		return n, err
+	}
+	piece := max(1, c.rate/100) // 10ms of bytes
+	var sent int
+	for len(p) > 0 {
+		k := int(min(piece, int64(len(p))))
+		n, err := c.ResponseWriter.Write(p[:k])
+		c.s.BytesServed.Add(int64(n))
+		sent += n
+		if err != nil {
+			return sent, err
+		}
+		if fl, ok := c.ResponseWriter.(http.Flusher); ok {
+			fl.Flush()
+		}
+		p = p[k:]
+		select {
+		case <-c.done:
+			return sent, errors.New("hubtest: request ended")
+		case <-time.After(time.Duration(k) * time.Second / time.Duration(c.rate)):
+		}
+	}
+	return sent, nil
 }
 
 // ReadFrom lets http.ServeContent hand an *os.File to the connection
-// (sendfile) when no drop is set; with one, the bytes go through Write.
+// (sendfile) when no fault is set; with one, the bytes go through Write.
 func (c *countWriter) ReadFrom(src io.Reader) (int64, error) {
-	if rf, ok := c.ResponseWriter.(io.ReaderFrom); ok && c.left < 0 {
+	if rf, ok := c.ResponseWriter.(io.ReaderFrom); ok && c.left < 0 && c.rate <= 0 {
 		n, err := rf.ReadFrom(src)
 		c.s.BytesServed.Add(n)
 		return n, err
