@@ -50,7 +50,7 @@ func newConvertCmd() *cobra.Command {
 			opts.Progress = progressWriter(quiet || asJSON)
 			opts.Version = version
 			opts.Workers = workers
-			fetcher, err := newFetcher(offline, workers, opts.Progress)
+			fetcher, err := newFetcher(offline, workers, opts.Progress, noticeWriter(cmd, quiet))
 			if err != nil {
 				return err
 			}

@@ -6,7 +6,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"lowbit/convert"
-	"lowbit/hub"
 )
 
 // newDownloadCmd is `lowbit download`: the hub stage of convert on its own,
@@ -38,13 +37,7 @@ not fetched again; an interrupted download resumes. Set HF_TOKEN (or run
 			if e, ok := convert.Lookup(repo); ok {
 				repo = e.Repo
 			}
-			opts := hub.OptionsFromEnv()
-			opts.Offline = opts.Offline || offline
-			if workers > 0 {
-				opts.Workers = workers
-			}
-			opts.Progress = progressWriter(quiet || asJSON)
-			c, err := hub.New(opts)
+			c, err := newHubClient(offline, workers, progressWriter(quiet || asJSON), noticeWriter(cmd, quiet))
 			if err != nil {
 				return err
 			}

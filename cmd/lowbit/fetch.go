@@ -19,18 +19,27 @@ func (f hubFetcher) Fetch(ctx context.Context, repoID, revision string) (*conver
 	return &convert.Snapshot{Dir: s.Dir, RepoID: s.RepoID, Revision: s.Revision, Commit: s.Commit}, nil
 }
 
-// newFetcher builds the hub client from the environment (HF_ENDPOINT,
-// HF_TOKEN, HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE) and the flags.
-func newFetcher(offline bool, workers int, progress io.Writer) (convert.Fetcher, error) {
+// newHubClient builds the hub client from the environment (HF_ENDPOINT,
+// HF_TOKEN, HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE, HF_HUB_DOWNLOAD_TIMEOUT)
+// and the flags. Progress bars go to progress, one-line notices (a cached
+// snapshot used while the Hub is unreachable) to notices; nil silences
+// either.
+func newHubClient(offline bool, workers int, progress, notices io.Writer) (*hub.Client, error) {
 	opts := hub.OptionsFromEnv()
-	if offline {
-		opts.Offline = true
-	}
+	opts.Offline = opts.Offline || offline
 	if workers > 0 {
 		opts.Workers = workers
 	}
-	opts.Progress = progress
-	c, err := hub.New(opts)
+	opts.Progress, opts.Notices = progress, notices
+	if notices == nil {
+		opts.Notices = io.Discard
+	}
+	return hub.New(opts)
+}
+
+// newFetcher is newHubClient for the convert pipeline.
+func newFetcher(offline bool, workers int, progress, notices io.Writer) (convert.Fetcher, error) {
+	c, err := newHubClient(offline, workers, progress, notices)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
 
@@ -16,6 +17,15 @@ func progressWriter(quiet bool) io.Writer {
 		return nil
 	}
 	return os.Stderr
+}
+
+// noticeWriter is where one-line notices go: stderr (a terminal or not),
+// unless --quiet.
+func noticeWriter(cmd *cobra.Command, quiet bool) io.Writer {
+	if quiet {
+		return nil
+	}
+	return cmd.ErrOrStderr()
 }
 
 // printJSON writes v as indented JSON for scripts.

@@ -234,7 +234,7 @@ func resolveModelDir(ctx context.Context, name, revision string, offline bool, p
 	if strings.Count(repo, "/") != 1 || strings.HasPrefix(repo, ".") || strings.HasPrefix(repo, "/") {
 		return "", fmt.Errorf("%s: no such directory, and not a known alias (lowbit convert --list-models) or org/repo id", name)
 	}
-	fetcher, err := newFetcher(offline, 0, progress)
+	fetcher, err := newFetcher(offline, 0, progress, progress)
 	if err != nil {
 		return "", err
 	}
