@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"lowbit/internal/testmodels"
@@ -402,6 +403,26 @@ func TestOpenDir(t *testing.T) {
 		{"escaping shard", func(d string) {
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{"a":"../x.safetensors"}}`), 0o644)
 		}, "not a file name", 0},
+		{"absolute shard", func(d string) {
+			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{"a":"/etc/passwd"}}`), 0o644)
+		}, `names shard "/etc/passwd", which is not a file name`, 0},
+		{"parent dir shard", func(d string) {
+			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{"a":".."}}`), 0o644)
+		}, `names shard "..", which is not a file name`, 0},
+		{"shard is a directory", func(d string) {
+			os.Mkdir(filepath.Join(d, "s1.safetensors"), 0o755)
+			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{"a":"s1.safetensors"}}`), 0o644)
+		}, "s1.safetensors: not a regular file (directory)", 0},
+		{"index is /dev/zero", func(d string) { os.Symlink("/dev/zero", filepath.Join(d, IndexFile)) }, IndexFile + ": not a regular file (character device)", 0},
+		{"weights are /dev/zero", func(d string) { os.Symlink("/dev/zero", filepath.Join(d, "model.safetensors")) }, "model.safetensors: not a regular file (character device)", 0},
+		{"weights are a fifo", func(d string) { syscall.Mkfifo(filepath.Join(d, "model.safetensors"), 0o644) }, "model.safetensors: not a regular file (named pipe)", 0},
+		{"weights are a symlink", func(d string) {
+			writeTensorFile(t, filepath.Join(d, "blob"), "x")
+			os.Symlink(filepath.Join(d, "blob"), filepath.Join(d, "model.safetensors"))
+		}, "", 1},
+		{"index too large", func(d string) {
+			os.WriteFile(filepath.Join(d, IndexFile), make([]byte, MaxIndexSize+1), 0o644)
+		}, "over the 64 MiB limit", 0},
 		{"pytorch only", func(d string) { os.WriteFile(filepath.Join(d, "pytorch_model.bin"), []byte("x"), 0o644) }, "only PyTorch .bin", 0},
 		{"empty", func(d string) {}, "no model.safetensors", 0},
 	}
@@ -458,6 +479,50 @@ func TestToFloat32(t *testing.T) {
 	if err := ToFloat32("F32", make([]byte, 5), make([]float32, 1)); err == nil {
 		t.Error("length mismatch accepted")
 	}
+}
+
+func TestParseIndex(t *testing.T) {
+	tests := []struct {
+		index string
+		want  string // error substring, "" for success
+	}{
+		{`{"weight_map":{"a":"s1.safetensors","b":"s1.safetensors","c":"s2.safetensors"}}`, ""},
+		{`{"weight_map":{"a":"sub/s1.safetensors"}}`, "not a file name"},
+		{`{"weight_map":{"a":"."}}`, "not a file name"},
+		{`{"weight_map":{"a":""}}`, "not a file name"},
+		{"{\"weight_map\":{\"a\":\"s\\u0000.safetensors\"}}", "not a file name"},
+		{`{"weight_map":[]}`, "cannot unmarshal"},
+		{`{"weight_map":null}`, "missing or empty"},
+	}
+	for _, tc := range tests {
+		shards, err := parseIndex([]byte(tc.index))
+		if tc.want == "" {
+			if err != nil || len(shards) != 2 || len(shards["s1.safetensors"]) != 2 {
+				t.Errorf("%s: %v, %v", tc.index, shards, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.index, err, tc.want)
+		}
+	}
+}
+
+func FuzzParseIndex(f *testing.F) {
+	f.Add([]byte(`{"metadata":{"total_size":32},"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}}`))
+	f.Add([]byte(`{"weight_map":{"a":"../x.safetensors"}}`))
+	f.Add([]byte(`{"weight_map":{"a":"/abs"}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		shards, err := parseIndex(data)
+		if err != nil {
+			return
+		}
+		for s, tensors := range shards {
+			if s == "" || s == "." || s == ".." || filepath.Base(s) != s || filepath.IsAbs(s) || len(tensors) == 0 {
+				t.Fatalf("accepted shard %q holding %v", s, tensors)
+			}
+		}
+	})
 }
 
 func FuzzOpen(f *testing.F) {
