@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -505,6 +506,33 @@ func TestParseIndex(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want %q", tc.index, err, tc.want)
+		}
+	}
+}
+
+func TestFromFloat32Overflow(t *testing.T) {
+	tests := []struct {
+		dt   DType
+		src  []float32
+		want string // "" for success
+	}{
+		{"F16", []float32{1, 65504, -65504, float32(math.Inf(1))}, ""},
+		{"F16", []float32{1, 1e10}, "element 1, 1e+10, is beyond the largest F16 (65504)"},
+		{"F16", []float32{-70000}, "element 0, -70000, is beyond the largest F16"},
+		{"BF16", []float32{3e38, float32(math.NaN())}, ""},
+		{"BF16", []float32{0, 0, math.MaxFloat32}, "element 2, 3.4028235e+38, is beyond the largest BF16"},
+		{"F32", []float32{math.MaxFloat32}, ""},
+	}
+	for _, tc := range tests {
+		b, err := FromFloat32(tc.dt, tc.src)
+		if tc.want == "" {
+			if err != nil || len(b) != tc.dt.Size()*len(tc.src) {
+				t.Errorf("%s %v: %d bytes, %v", tc.dt, tc.src, len(b), err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %v: err = %v, want %q", tc.dt, tc.src, err, tc.want)
 		}
 	}
 }

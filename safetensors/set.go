@@ -224,19 +224,32 @@ func ToFloat32(dt DType, src []byte, dst []float32) error {
 }
 
 // FromFloat32 encodes float32 values as little-endian F32, F16 or BF16 bytes,
-// the inverse of ToFloat32 (rounding to nearest even for the 16-bit types).
+// the inverse of ToFloat32 (rounding to nearest even for the 16-bit types). A
+// finite value the 16-bit type would round to infinity is an error naming
+// the element, not a silent Inf in the file.
 func FromFloat32(dt DType, src []float32) ([]byte, error) {
+	overflow := func(i int, v float32, max string) error {
+		return fmt.Errorf("safetensors: element %d, %g, is beyond the largest %s (%s)", i, v, dt, max)
+	}
 	switch dt {
 	case "F16":
 		b := make([]byte, 2*len(src))
 		for i, v := range src {
-			binary.LittleEndian.PutUint16(b[2*i:], uint16(half.FromFloat32(v)))
+			h := half.FromFloat32(v)
+			if h&0x7fff == 0x7c00 && !math.IsInf(float64(v), 0) {
+				return nil, overflow(i, v, "65504")
+			}
+			binary.LittleEndian.PutUint16(b[2*i:], uint16(h))
 		}
 		return b, nil
 	case "BF16":
 		b := make([]byte, 2*len(src))
 		for i, v := range src {
-			binary.LittleEndian.PutUint16(b[2*i:], uint16(half.BFromFloat32(v)))
+			h := half.BFromFloat32(v)
+			if h&0x7fff == 0x7f80 && !math.IsInf(float64(v), 0) {
+				return nil, overflow(i, v, "3.3895314e+38")
+			}
+			binary.LittleEndian.PutUint16(b[2*i:], uint16(h))
 		}
 		return b, nil
 	case "F32":
