@@ -2,6 +2,7 @@ package quantize
 
 import (
 	"context"
+	"encoding/binary"
 	"math"
 	"strings"
 	"testing"
@@ -91,4 +92,41 @@ func TestRelL2HugeValues(t *testing.T) {
 	if e := RelL2(ref, ref); e != 0 {
 		t.Errorf("RelL2 of equal values = %v", e)
 	}
+}
+
+// FuzzQuantizeAnyValues feeds raw float32 bit patterns (weights of any size,
+// NaN and Inf among them): Quantize either refuses them, naming a weight, or
+// stores finite scales that dequantize to finite weights with a finite error.
+func FuzzQuantizeAnyValues(f *testing.F) {
+	f.Add(uint8(1), uint8(2), []byte("\x00\x00\x80\x3f\xf9\x02\x15\x50\x00\x00\x80\xbf\xff\xff\x7f\x7f"))
+	f.Add(uint8(0), uint8(1), []byte("\x00\x00\xc0\x7f"))
+	f.Fuzz(func(t *testing.T, fi, search uint8, raw []byte) {
+		fm := allFormats[int(fi)%len(allFormats)]
+		w := make([]float32, len(raw)/4)
+		for i := range w {
+			w[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+		if len(w) == 0 {
+			return
+		}
+		cols := len(w)
+		if cols%2 == 0 {
+			cols /= 2
+		}
+		q, err := Quantize(context.Background(), fm, w, len(w)/cols, cols, Options{Search: search%2 == 1})
+		if err != nil {
+			if !strings.Contains(err.Error(), "weight") || fm.CheckRange(w, cols, 0) == nil {
+				t.Fatalf("%s refused storable weights: %v", fm, err)
+			}
+			return
+		}
+		for i, v := range q.Dequantize() {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				t.Fatalf("%s stored %v as %v", fm, w[i], v)
+			}
+		}
+		if math.IsNaN(q.SqErr) || math.IsInf(q.SqErr, 0) {
+			t.Fatalf("%s: SqErr %v", fm, q.SqErr)
+		}
+	})
 }
