@@ -6,8 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
+
+	"lowbit/internal/hostile"
 )
 
 const zeroSum = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -146,24 +147,17 @@ func TestNonFiniteNumbers(t *testing.T) {
 func TestReadRefusesHostileFiles(t *testing.T) {
 	tests := []struct {
 		name string
-		make func(path string) error
+		make func(t testing.TB, path string)
 		want string
 	}{
-		{"/dev/zero", func(p string) error { return os.Symlink("/dev/zero", p) }, "not a regular file (character device)"},
-		{"fifo", func(p string) error { return syscall.Mkfifo(p, 0o644) }, "not a regular file (named pipe)"},
-		{"too large", func(p string) error {
-			if err := os.WriteFile(p, nil, 0o644); err != nil {
-				return err
-			}
-			return os.Truncate(p, MaxSize+1) // sparse: only the size is looked at
-		}, "over the 256 MiB limit"},
+		{"/dev/zero", hostile.DevZero, "not a regular file (character device)"},
+		{"fifo", hostile.FIFO, "not a regular file (named pipe)"},
+		{"too large", func(t testing.TB, p string) { hostile.Oversized(t, p, MaxSize+1) }, "over the 256 MiB limit"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), FileName)
-			if err := tc.make(path); err != nil {
-				t.Skipf("cannot make %s: %v", path, err)
-			}
+			tc.make(t, path)
 			_, err := Read(filepath.Dir(path))
 			if err == nil || !strings.Contains(err.Error(), path+": ") || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to name %s and say %q", err, path, tc.want)

@@ -8,10 +8,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 
 	"lowbit/internal/fixture"
+	"lowbit/internal/hostile"
 	"lowbit/quantize"
 	"lowbit/safetensors"
 )
@@ -160,19 +160,19 @@ func TestLoadErrors(t *testing.T) {
 			os.WriteFile(filepath.Join(dir, "manifest.json"), []byte(`{"format_version": 99}`), 0o644)
 		}, "version"},
 		{"config is /dev/zero", func(t *testing.T, dir string) {
-			replaceWith(t, filepath.Join(dir, "config.json"), func(p string) error { return os.Symlink("/dev/zero", p) })
+			hostile.DevZero(t, filepath.Join(dir, "config.json"))
 		}, "config.json: not a regular file (character device)"},
 		{"config is a fifo", func(t *testing.T, dir string) {
-			replaceWith(t, filepath.Join(dir, "config.json"), func(p string) error { return syscall.Mkfifo(p, 0o644) })
+			hostile.FIFO(t, filepath.Join(dir, "config.json"))
 		}, "config.json: not a regular file (named pipe)"},
 		{"config too large", func(t *testing.T, dir string) {
-			os.Truncate(filepath.Join(dir, "config.json"), MaxConfigSize+1) // sparse: only the size is looked at
+			hostile.Oversized(t, filepath.Join(dir, "config.json"), MaxConfigSize+1)
 		}, "config.json: file too large: 16777217 bytes is over the 16 MiB limit"},
 		{"manifest is /dev/zero", func(t *testing.T, dir string) {
-			replaceWith(t, filepath.Join(dir, "manifest.json"), func(p string) error { return os.Symlink("/dev/zero", p) })
+			hostile.DevZero(t, filepath.Join(dir, "manifest.json"))
 		}, "manifest.json: not a regular file (character device)"},
 		{"weights are /dev/zero", func(t *testing.T, dir string) {
-			replaceWith(t, filepath.Join(dir, "model.safetensors"), func(p string) error { return os.Symlink("/dev/zero", p) })
+			hostile.DevZero(t, filepath.Join(dir, "model.safetensors"))
 		}, "model.safetensors: not a regular file (character device)"},
 	}
 	for _, tc := range tests {
@@ -187,16 +187,6 @@ func TestLoadErrors(t *testing.T) {
 	}
 	if _, err := Load(ctx, filepath.Join(t.TempDir(), "absent"), LoadOptions{}); err == nil {
 		t.Error("absent directory loaded")
-	}
-}
-
-// replaceWith removes path and makes something else there (a symlink, a
-// FIFO), skipping the test where the system cannot.
-func replaceWith(t *testing.T, path string, make func(string) error) {
-	t.Helper()
-	os.Remove(path)
-	if err := make(path); err != nil {
-		t.Skipf("cannot make %s: %v", path, err)
 	}
 }
 

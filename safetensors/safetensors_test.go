@@ -10,9 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 
+	"lowbit/internal/hostile"
 	"lowbit/internal/testmodels"
 )
 
@@ -362,76 +362,75 @@ func TestOpenDir(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
-		setup func(dir string)
+		setup func(t *testing.T, dir string)
 		want  string // error substring, or "" for success
 		names int
 	}{
-		{"single", func(d string) { writeTensorFile(t, filepath.Join(d, "model.safetensors"), "x", "y") }, "", 2},
-		{"sharded", func(d string) {
+		{"single", func(t *testing.T, d string) { writeTensorFile(t, filepath.Join(d, "model.safetensors"), "x", "y") }, "", 2},
+		{"sharded", func(t *testing.T, d string) {
 			writeTensorFile(t, filepath.Join(d, "model-00001-of-00002.safetensors"), "a", "b")
 			writeTensorFile(t, filepath.Join(d, "model-00002-of-00002.safetensors"), "c")
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(index(map[string]string{"a": "model-00001-of-00002.safetensors", "b": "model-00001-of-00002.safetensors", "c": "model-00002-of-00002.safetensors"})), 0o644)
 		}, "", 3},
-		{"missing shard", func(d string) {
+		{"missing shard", func(t *testing.T, d string) {
 			writeTensorFile(t, filepath.Join(d, "model-00001-of-00002.safetensors"), "a")
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(index(map[string]string{"a": "model-00001-of-00002.safetensors", "c": "model-00002-of-00002.safetensors"})), 0o644)
 		}, "shard model-00002-of-00002.safetensors (holding c", 0},
-		{"tensor not in shard", func(d string) {
+		{"tensor not in shard", func(t *testing.T, d string) {
 			writeTensorFile(t, filepath.Join(d, "s1.safetensors"), "a")
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(index(map[string]string{"a": "s1.safetensors", "b": "s1.safetensors"})), 0o644)
 		}, "tensor b in s1.safetensors", 0},
-		{"duplicate across shards", func(d string) {
+		{"duplicate across shards", func(t *testing.T, d string) {
 			writeTensorFile(t, filepath.Join(d, "s1.safetensors"), "a")
 			writeTensorFile(t, filepath.Join(d, "s2.safetensors"), "a", "b")
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(index(map[string]string{"a": "s1.safetensors", "b": "s2.safetensors"})), 0o644)
 		}, "tensor a is in both s1.safetensors and s2.safetensors", 0},
-		{"bad index json", func(d string) {
+		{"bad index json", func(t *testing.T, d string) {
 			writeTensorFile(t, filepath.Join(d, "s1.safetensors"), "a")
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":`), 0o644)
 		}, IndexFile, 0},
-		{"empty weight_map", func(d string) {
+		{"empty weight_map", func(t *testing.T, d string) {
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{}}`), 0o644)
 		}, "weight_map is missing or empty", 0},
-		{"bad shard", func(d string) {
+		{"bad shard", func(t *testing.T, d string) {
 			os.WriteFile(filepath.Join(d, "s1.safetensors"), build(`{"a":1}`, 0), 0o644)
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{"a":"s1.safetensors"}}`), 0o644)
 		}, "s1.safetensors", 0},
-		{"single other name", func(d string) { writeTensorFile(t, filepath.Join(d, "weights.safetensors"), "x") }, "", 1},
-		{"several unindexed", func(d string) {
+		{"single other name", func(t *testing.T, d string) { writeTensorFile(t, filepath.Join(d, "weights.safetensors"), "x") }, "", 1},
+		{"several unindexed", func(t *testing.T, d string) {
 			writeTensorFile(t, filepath.Join(d, "a.safetensors"), "x")
 			writeTensorFile(t, filepath.Join(d, "b.safetensors"), "y")
 		}, "2 .safetensors files", 0},
-		{"escaping shard", func(d string) {
+		{"escaping shard", func(t *testing.T, d string) {
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{"a":"../x.safetensors"}}`), 0o644)
 		}, "not a file name", 0},
-		{"absolute shard", func(d string) {
+		{"absolute shard", func(t *testing.T, d string) {
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{"a":"/etc/passwd"}}`), 0o644)
 		}, `names shard "/etc/passwd", which is not a file name`, 0},
-		{"parent dir shard", func(d string) {
+		{"parent dir shard", func(t *testing.T, d string) {
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{"a":".."}}`), 0o644)
 		}, `names shard "..", which is not a file name`, 0},
-		{"shard is a directory", func(d string) {
-			os.Mkdir(filepath.Join(d, "s1.safetensors"), 0o755)
+		{"shard is a directory", func(t *testing.T, d string) {
+			hostile.Dir(t, filepath.Join(d, "s1.safetensors"))
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{"a":"s1.safetensors"}}`), 0o644)
 		}, "s1.safetensors: not a regular file (directory)", 0},
-		{"index is /dev/zero", func(d string) { os.Symlink("/dev/zero", filepath.Join(d, IndexFile)) }, IndexFile + ": not a regular file (character device)", 0},
-		{"weights are /dev/zero", func(d string) { os.Symlink("/dev/zero", filepath.Join(d, "model.safetensors")) }, "model.safetensors: not a regular file (character device)", 0},
-		{"weights are a fifo", func(d string) { syscall.Mkfifo(filepath.Join(d, "model.safetensors"), 0o644) }, "model.safetensors: not a regular file (named pipe)", 0},
-		{"weights are a symlink", func(d string) {
+		{"index is /dev/zero", func(t *testing.T, d string) { hostile.DevZero(t, filepath.Join(d, IndexFile)) }, IndexFile + ": not a regular file (character device)", 0},
+		{"weights are /dev/zero", func(t *testing.T, d string) { hostile.DevZero(t, filepath.Join(d, "model.safetensors")) }, "model.safetensors: not a regular file (character device)", 0},
+		{"weights are a fifo", func(t *testing.T, d string) { hostile.FIFO(t, filepath.Join(d, "model.safetensors")) }, "model.safetensors: not a regular file (named pipe)", 0},
+		{"weights are a symlink", func(t *testing.T, d string) {
 			writeTensorFile(t, filepath.Join(d, "blob"), "x")
 			os.Symlink(filepath.Join(d, "blob"), filepath.Join(d, "model.safetensors"))
 		}, "", 1},
-		{"index too large", func(d string) {
-			os.WriteFile(filepath.Join(d, IndexFile), nil, 0o644)
-			os.Truncate(filepath.Join(d, IndexFile), MaxIndexSize+1) // sparse: only the size is looked at
+		{"index too large", func(t *testing.T, d string) {
+			hostile.Oversized(t, filepath.Join(d, IndexFile), MaxIndexSize+1)
 		}, "over the 64 MiB limit", 0},
-		{"pytorch only", func(d string) { os.WriteFile(filepath.Join(d, "pytorch_model.bin"), []byte("x"), 0o644) }, "only PyTorch .bin", 0},
-		{"empty", func(d string) {}, "no model.safetensors", 0},
+		{"pytorch only", func(t *testing.T, d string) { os.WriteFile(filepath.Join(d, "pytorch_model.bin"), []byte("x"), 0o644) }, "only PyTorch .bin", 0},
+		{"empty", func(t *testing.T, d string) {}, "no model.safetensors", 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			tc.setup(dir)
+			tc.setup(t, dir)
 			s, err := OpenDir(dir)
 			if tc.want != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.want) {

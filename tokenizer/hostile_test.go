@@ -4,8 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
+
+	"lowbit/internal/hostile"
 )
 
 // TestLoadRefusesHostileFiles: a file of a tokenizer directory that is a
@@ -16,18 +17,11 @@ func TestLoadRefusesHostileFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	devZero := func(p string) error { return os.Symlink("/dev/zero", p) }
-	fifo := func(p string) error { return syscall.Mkfifo(p, 0o644) }
-	dir := func(p string) error { return os.Mkdir(p, 0o755) }
-	tooLarge := func(p string) error { // sparse: the size is all that is looked at
-		if err := os.WriteFile(p, nil, 0o644); err != nil {
-			return err
-		}
-		return os.Truncate(p, maxConfigSize+1)
-	}
+	devZero, fifo, dir := hostile.DevZero, hostile.FIFO, hostile.Dir
+	tooLarge := func(t testing.TB, p string) { hostile.Oversized(t, p, maxConfigSize+1) }
 	tests := []struct {
 		file string
-		make func(path string) error
+		make func(t testing.TB, path string)
 		want string
 	}{
 		{"tokenizer.json", devZero, "not a regular file (character device)"},
@@ -49,9 +43,7 @@ func TestLoadRefusesHostileFiles(t *testing.T) {
 				}
 			}
 			path := filepath.Join(d, tc.file)
-			if err := tc.make(path); err != nil {
-				t.Skipf("cannot make %s: %v", tc.file, err)
-			}
+			tc.make(t, path)
 			_, err := Load(d)
 			if err == nil || !strings.Contains(err.Error(), path+": "+tc.want) {
 				t.Fatalf("err = %v, want %q", err, path+": "+tc.want)

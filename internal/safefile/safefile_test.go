@@ -5,8 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
+
+	"lowbit/internal/hostile"
 )
 
 func TestReadFile(t *testing.T) {
@@ -15,34 +16,39 @@ func TestReadFile(t *testing.T) {
 	if err := os.WriteFile(regular, []byte(`{"a":1}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	write := func(t testing.TB, p string) {
+		if err := os.WriteFile(p, []byte(`{"a":1}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	symlink := func(to string) func(testing.TB, string) {
+		return func(t testing.TB, p string) {
+			if err := os.Symlink(to, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	tests := []struct {
 		name  string
-		setup func(path string) error
+		setup func(t testing.TB, path string)
 		limit int64
 		want  string // error substring, "" for success
 		is    error
 	}{
-		{"regular", func(p string) error { return os.WriteFile(p, []byte(`{"a":1}`), 0o644) }, 16, "", nil},
-		{"at the limit", func(p string) error { return os.WriteFile(p, []byte(`{"a":1}`), 0o644) }, 7, "", nil},
-		{"symlink to a regular file", func(p string) error { return os.Symlink(regular, p) }, 16, "", nil},
-		{"over the limit", func(p string) error { return os.WriteFile(p, make([]byte, 2048), 0o644) }, 1 << 10, "2048 bytes is over the 1 KiB limit", ErrTooLarge},
-		{"symlink to /dev/zero", func(p string) error { return os.Symlink("/dev/zero", p) }, 1 << 20, "not a regular file (character device)", ErrNotRegular},
-		{"fifo", func(p string) error { return syscall.Mkfifo(p, 0o644) }, 1 << 20, "not a regular file (named pipe)", ErrNotRegular},
-		{"directory", func(p string) error { return os.Mkdir(p, 0o755) }, 1 << 20, "not a regular file (directory)", ErrNotRegular},
-		{"missing", func(p string) error { return nil }, 1 << 20, "no such file", os.ErrNotExist},
-		{"dangling symlink", func(p string) error { return os.Symlink(filepath.Join(dir, "nowhere"), p) }, 1 << 20, "no such file", os.ErrNotExist},
+		{"regular", write, 16, "", nil},
+		{"at the limit", write, 7, "", nil},
+		{"symlink to a regular file", symlink(regular), 16, "", nil},
+		{"over the limit", func(t testing.TB, p string) { hostile.Oversized(t, p, 2048) }, 1 << 10, "2048 bytes is over the 1 KiB limit", ErrTooLarge},
+		{"symlink to /dev/zero", hostile.DevZero, 1 << 20, "not a regular file (character device)", ErrNotRegular},
+		{"fifo", hostile.FIFO, 1 << 20, "not a regular file (named pipe)", ErrNotRegular},
+		{"directory", hostile.Dir, 1 << 20, "not a regular file (directory)", ErrNotRegular},
+		{"missing", func(testing.TB, string) {}, 1 << 20, "no such file", os.ErrNotExist},
+		{"dangling symlink", symlink(filepath.Join(dir, "nowhere")), 1 << 20, "no such file", os.ErrNotExist},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.name == "symlink to /dev/zero" {
-				if _, err := os.Stat("/dev/zero"); err != nil {
-					t.Skip("no /dev/zero")
-				}
-			}
 			path := filepath.Join(t.TempDir(), "model.file")
-			if err := tc.setup(path); err != nil {
-				t.Skipf("cannot make the file: %v", err)
-			}
+			tc.setup(t, path)
 			b, err := ReadFile(path, tc.limit)
 			if tc.want == "" {
 				if err != nil || string(b) != `{"a":1}` {
@@ -59,9 +65,7 @@ func TestReadFile(t *testing.T) {
 
 func TestOpenRefusesFIFO(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "model.safetensors")
-	if err := syscall.Mkfifo(path, 0o644); err != nil {
-		t.Skipf("no FIFOs here: %v", err)
-	}
+	hostile.FIFO(t, path)
 	f, _, err := Open(path)
 	if err == nil {
 		f.Close()
