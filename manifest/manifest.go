@@ -18,10 +18,16 @@ import (
 	"sort"
 
 	"lowbit/internal/atomicfile"
+	"lowbit/internal/safefile"
 )
 
 // FileName is the manifest's name inside a model directory.
 const FileName = "manifest.json"
+
+// MaxSize bounds manifest.json: a few hundred bytes per tensor, a few
+// megabytes for the largest models, so a corrupt or hostile one is refused
+// instead of read without bound.
+const MaxSize = 256 << 20
 
 // FormatVersion is the manifest schema this lowbit writes and reads. A reader
 // refuses other versions instead of guessing.
@@ -200,6 +206,18 @@ func (m *Manifest) Check() error {
 			return fmt.Errorf("manifest: files: %w", err)
 		}
 	}
+	for _, f := range []struct {
+		field string
+		v     float64
+	}{
+		{"bits_per_weight", m.Summary.BitsPerWeight},
+		{"mean_rel_l2_error", m.Summary.MeanRelL2Error},
+		{"max_rel_l2_error", m.Summary.MaxRelL2Error},
+	} {
+		if !finiteNonNegative(f.v) {
+			return fmt.Errorf("manifest: field summary.%s is %v, not a finite non-negative number", f.field, f.v)
+		}
+	}
 	seen := make(map[string]bool, len(m.Tensors))
 	stored := make(map[string]bool)
 	for i, t := range m.Tensors {
@@ -222,8 +240,8 @@ func (m *Manifest) Check() error {
 		if len(t.Parts) == 0 {
 			return fmt.Errorf("manifest: tensor %q has no parts", t.Name)
 		}
-		if e := t.RelL2Error; e != nil && (math.IsNaN(*e) || *e < 0) {
-			return fmt.Errorf("manifest: tensor %q: rel_l2_error %v is not a non-negative number", t.Name, *e)
+		if e := t.RelL2Error; e != nil && !finiteNonNegative(*e) {
+			return fmt.Errorf("manifest: tensor %q: field rel_l2_error is %v, not a finite non-negative number", t.Name, *e)
 		}
 		roles := make(map[string]bool, len(t.Parts))
 		for _, p := range t.Parts {
@@ -263,6 +281,10 @@ func (m *Manifest) Check() error {
 	}
 	return nil
 }
+
+// finiteNonNegative says whether v is a number JSON can carry that an error
+// or a size can be: not NaN, not infinite, not negative.
+func finiteNonNegative(v float64) bool { return v >= 0 && v <= math.MaxFloat64 }
 
 func checkFile(f File) error {
 	if f.Path == "" {
@@ -311,8 +333,13 @@ func (t *Tensor) Part(role string) (*Part, bool) {
 	return nil, false
 }
 
-// Marshal encodes the manifest as indented JSON with a trailing newline.
+// Marshal checks the manifest and encodes it as indented JSON with a
+// trailing newline; the check names the tensor and field of a value JSON
+// cannot carry (NaN, Inf) before the encoder fails without naming it.
 func (m *Manifest) Marshal() ([]byte, error) {
+	if err := m.Check(); err != nil {
+		return nil, err
+	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
@@ -323,9 +350,6 @@ func (m *Manifest) Marshal() ([]byte, error) {
 // Write stores the manifest in dir under a temporary name and renames it into
 // place, so a reader never sees half a manifest.
 func (m *Manifest) Write(dir string) error {
-	if err := m.Check(); err != nil {
-		return err
-	}
 	b, err := m.Marshal()
 	if err != nil {
 		return err
@@ -343,7 +367,7 @@ func (m *Manifest) Write(dir string) error {
 // Read loads and checks dir/manifest.json.
 func Read(dir string) (*Manifest, error) {
 	path := filepath.Join(dir, FileName)
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, MaxSize)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("%s is not a lowbit model directory: %s is missing", dir, FileName)

@@ -2,10 +2,13 @@ package manifest
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"lowbit/internal/hostile"
 )
 
 const zeroSum = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -103,6 +106,61 @@ func TestReadErrors(t *testing.T) {
 			_, err := Read(dir)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Read error = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestNonFiniteNumbers: a float field JSON cannot carry, or an error that
+// cannot be, is refused naming the tensor and the field, and nothing is written.
+func TestNonFiniteNumbers(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(m *Manifest)
+		want   string
+	}{
+		{"NaN error", func(m *Manifest) { e := math.NaN(); m.Tensors[0].RelL2Error = &e }, `tensor "w": field rel_l2_error is NaN, not a finite non-negative number`},
+		{"infinite error", func(m *Manifest) { e := math.Inf(1); m.Tensors[0].RelL2Error = &e }, `tensor "w": field rel_l2_error is +Inf, not a finite non-negative number`},
+		{"negative error", func(m *Manifest) { e := -0.5; m.Tensors[0].RelL2Error = &e }, `tensor "w": field rel_l2_error is -0.5`},
+		{"infinite summary", func(m *Manifest) { m.Summary.MeanRelL2Error = math.Inf(1) }, "field summary.mean_rel_l2_error is +Inf"},
+		{"NaN bits", func(m *Manifest) { m.Summary.BitsPerWeight = math.NaN() }, "field summary.bits_per_weight is NaN"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := validManifest()
+			m.Summarize()
+			tc.mutate(m)
+			if _, err := m.Marshal(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Marshal: err = %v, want %q", err, tc.want)
+			}
+			dir := t.TempDir()
+			if err := m.Write(dir); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Write: err = %v, want %q", err, tc.want)
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("Write left %v", entries)
+			}
+		})
+	}
+}
+
+func TestReadRefusesHostileFiles(t *testing.T) {
+	tests := []struct {
+		name string
+		make func(t testing.TB, path string)
+		want string
+	}{
+		{"/dev/zero", hostile.DevZero, "not a regular file (character device)"},
+		{"fifo", hostile.FIFO, "not a regular file (named pipe)"},
+		{"too large", func(t testing.TB, p string) { hostile.Oversized(t, p, MaxSize+1) }, "over the 256 MiB limit"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), FileName)
+			tc.make(t, path)
+			_, err := Read(filepath.Dir(path))
+			if err == nil || !strings.Contains(err.Error(), path+": ") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to name %s and say %q", err, path, tc.want)
 			}
 		})
 	}

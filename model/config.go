@@ -256,23 +256,42 @@ func (r hfConfig) ropeScaling(c *Config) error {
 	return nil
 }
 
+// Limits of the sizes a configuration may give, each far above any published
+// model (the largest have hidden_size 16384, 53248-wide MLPs, 126 layers,
+// 128 heads of 256, 262144 tokens and 10M positions), so that a corrupt or
+// hostile config.json is refused, naming the field, before anything is
+// allocated or listed from its numbers.
+const (
+	maxHiddenSize       = 1 << 16
+	maxIntermediateSize = 1 << 18
+	maxLayers           = 1 << 12
+	maxHeads            = 1 << 12
+	maxHeadDim          = 1 << 12
+	maxVocabSize        = 1 << 24
+	maxPositions        = 1 << 24
+)
+
+// MaxConfigSize bounds the config.json read from a model directory (real
+// ones are a few kilobytes).
+const MaxConfigSize = 16 << 20
+
 // Check verifies that the configuration describes a model that can exist.
 func (c Config) Check() error {
-	pos := []struct {
-		field string
-		v     int
+	sizes := []struct {
+		field  string
+		v, max int
 	}{
-		{"hidden_size", c.HiddenSize}, {"intermediate_size", c.IntermediateSize},
-		{"num_hidden_layers", c.NumLayers}, {"num_attention_heads", c.NumHeads},
-		{"num_key_value_heads", c.NumKVHeads}, {"head_dim", c.HeadDim},
-		{"vocab_size", c.VocabSize}, {"max_position_embeddings", c.MaxPositions},
+		{"hidden_size", c.HiddenSize, maxHiddenSize}, {"intermediate_size", c.IntermediateSize, maxIntermediateSize},
+		{"num_hidden_layers", c.NumLayers, maxLayers}, {"num_attention_heads", c.NumHeads, maxHeads},
+		{"num_key_value_heads", c.NumKVHeads, maxHeads}, {"head_dim", c.HeadDim, maxHeadDim},
+		{"vocab_size", c.VocabSize, maxVocabSize}, {"max_position_embeddings", c.MaxPositions, maxPositions},
 	}
-	for _, p := range pos {
-		if p.v <= 0 {
-			return fmt.Errorf("config.json: field %s must be positive, is %d", p.field, p.v)
+	for _, f := range sizes {
+		if f.v <= 0 {
+			return fmt.Errorf("config.json: field %s must be positive, is %d", f.field, f.v)
 		}
-		if p.v > 1<<24 {
-			return fmt.Errorf("config.json: field %s = %d is implausibly large", p.field, p.v)
+		if f.v > f.max {
+			return fmt.Errorf("config.json: field %s = %d is over the limit of %d", f.field, f.v, f.max)
 		}
 	}
 	if c.NumHeads%c.NumKVHeads != 0 {
@@ -284,8 +303,8 @@ func (c Config) Check() error {
 	if !(c.RMSNormEps > 0) || !(c.RopeTheta > 0) {
 		return fmt.Errorf("config.json: rms_norm_eps (%v) and rope_theta (%v) must be positive", c.RMSNormEps, c.RopeTheta)
 	}
-	if c.SlidingWindow < 0 {
-		return fmt.Errorf("config.json: sliding_window %d is negative", c.SlidingWindow)
+	if c.SlidingWindow < 0 || c.SlidingWindow > maxPositions {
+		return fmt.Errorf("config.json: field sliding_window = %d is outside [0, %d]", c.SlidingWindow, maxPositions)
 	}
 	return nil
 }

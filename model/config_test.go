@@ -91,6 +91,18 @@ func TestParseHFConfigErrors(t *testing.T) {
 		{`{"architectures":["LlamaForCausalLM"],"hidden_size":0,"intermediate_size":128,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":10}`, "must be positive"},
 		{`{"architectures":["LlamaForCausalLM"],` + base + `,"rope_scaling":{"type":"yarn","factor":2}}`, "yarn"},
 		{`{"architectures":["LlamaForCausalLM"],` + base + `,"eos_token_id":"x"}`, "eos_token_id"},
+		// Absurd sizes are refused by name and limit before anything is made from them.
+		{`{"architectures":["LlamaForCausalLM"],` + base + `,"hidden_size":1099511627776}`, "field hidden_size = 1099511627776 is over the limit of 65536"},
+		{`{"architectures":["LlamaForCausalLM"],` + base + `,"num_hidden_layers":1000000000}`, "field num_hidden_layers = 1000000000 is over the limit of 4096"},
+		{`{"architectures":["LlamaForCausalLM"],` + base + `,"num_hidden_layers":1e9}`, "field num_hidden_layers: json: cannot unmarshal number 1e9"},
+		{`{"architectures":["LlamaForCausalLM"],` + base + `,"intermediate_size":99999999999999999999}`, "field intermediate_size: json: cannot unmarshal number 99999999999999999999"},
+		{`{"architectures":["LlamaForCausalLM"],` + base + `,"vocab_size":-5}`, "field vocab_size must be positive, is -5"},
+		{`{"architectures":["LlamaForCausalLM"],` + base + `,"max_position_embeddings":1099511627776}`, "field max_position_embeddings = 1099511627776 is over the limit of 16777216"},
+		{`{"architectures":["LlamaForCausalLM"],` + base + `,"head_dim":1048576}`, "field head_dim = 1048576 is over the limit of 4096"},
+		{`{"architectures":["LlamaForCausalLM"],` + base + `,"num_attention_heads":65536,"num_key_value_heads":1}`, "field num_attention_heads = 65536 is over the limit of 4096"},
+		{`{"architectures":["LlamaForCausalLM"],` + base + `,"num_key_value_heads":8}`, "num_attention_heads 4 is not a multiple of num_key_value_heads 8"},
+		{`{"architectures":["LlamaForCausalLM"],` + base + `,"num_attention_heads":3}`, "head_dim 21 must be even"},
+		{`{"architectures":["MistralForCausalLM"],` + base + `,"sliding_window":1099511627776}`, "field sliding_window = 1099511627776 is outside [0, 16777216]"},
 	}
 	for _, tc := range tests {
 		_, err := ParseHFConfig([]byte(tc.json))
@@ -127,6 +139,7 @@ func FuzzParseHFConfig(f *testing.F) {
 	f.Add([]byte(`{"architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_size":128,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":10}`))
 	f.Add([]byte(`{"architectures":["GemmaForCausalLM"],"hidden_size":64,"intermediate_size":128,"num_hidden_layers":1,"num_attention_heads":4,"head_dim":32,"vocab_size":10,"rope_scaling":{"type":"linear","factor":2}}`))
 	f.Add([]byte(`{"architectures":["BitNetForCausalLM"],"eos_token_id":[1,2]}`))
+	f.Add([]byte(`{"architectures":["MistralForCausalLM"],"hidden_size":65536,"intermediate_size":262144,"num_hidden_layers":4096,"num_attention_heads":16,"vocab_size":16777216,"sliding_window":4096}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseHFConfig(data)
 		if err != nil {
@@ -135,7 +148,11 @@ func FuzzParseHFConfig(f *testing.F) {
 		if err := c.Check(); err != nil {
 			t.Fatalf("accepted config fails Check: %v", err)
 		}
-		for _, n := range c.ExpectedTensors()[:2] {
+		names := c.ExpectedTensors()
+		if len(names) > 3+11*maxLayers {
+			t.Fatalf("accepted config lists %d tensors", len(names))
+		}
+		for _, n := range names[:2] {
 			_ = c.TensorShape(n)
 		}
 	})

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"lowbit/internal/fixture"
+	"lowbit/internal/hostile"
 	"lowbit/quantize"
 	"lowbit/safetensors"
 )
@@ -158,6 +159,21 @@ func TestLoadErrors(t *testing.T) {
 		{"manifest version", func(t *testing.T, dir string) {
 			os.WriteFile(filepath.Join(dir, "manifest.json"), []byte(`{"format_version": 99}`), 0o644)
 		}, "version"},
+		{"config is /dev/zero", func(t *testing.T, dir string) {
+			hostile.DevZero(t, filepath.Join(dir, "config.json"))
+		}, "config.json: not a regular file (character device)"},
+		{"config is a fifo", func(t *testing.T, dir string) {
+			hostile.FIFO(t, filepath.Join(dir, "config.json"))
+		}, "config.json: not a regular file (named pipe)"},
+		{"config too large", func(t *testing.T, dir string) {
+			hostile.Oversized(t, filepath.Join(dir, "config.json"), MaxConfigSize+1)
+		}, "config.json: file too large: 16777217 bytes is over the 16 MiB limit"},
+		{"manifest is /dev/zero", func(t *testing.T, dir string) {
+			hostile.DevZero(t, filepath.Join(dir, "manifest.json"))
+		}, "manifest.json: not a regular file (character device)"},
+		{"weights are /dev/zero", func(t *testing.T, dir string) {
+			hostile.DevZero(t, filepath.Join(dir, "model.safetensors"))
+		}, "model.safetensors: not a regular file (character device)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"lowbit/internal/safefile"
 	"lowbit/manifest"
 	"lowbit/quantize"
 	"lowbit/safetensors"
@@ -139,7 +140,7 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Model, error) {
 
 // loadHF reads config.json and float safetensors.
 func loadHF(ctx context.Context, dir string, opts LoadOptions) (*Model, error) {
-	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	data, err := safefile.ReadFile(filepath.Join(dir, "config.json"), MaxConfigSize)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("model: %s has neither %s (a lowbit model) nor config.json (a HuggingFace model)", dir, manifest.FileName)

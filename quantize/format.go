@@ -226,8 +226,8 @@ func Quantize(ctx context.Context, f Format, w []float32, rows, cols int, opt Op
 	if rows <= 0 || cols <= 0 || len(w) != rows*cols {
 		return nil, fmt.Errorf("quantize: %d values do not make a [%d, %d] matrix", len(w), rows, cols)
 	}
-	if i := FirstNonFinite(w); i >= 0 {
-		return nil, fmt.Errorf("quantize: non-finite weight %v at row %d, column %d", w[i], i/cols, i%cols)
+	if err := f.CheckRange(w, cols, 0); err != nil {
+		return nil, fmt.Errorf("quantize: %w", err)
 	}
 	t := &Tensor{Format: f, Rows: rows, Cols: cols}
 	if f != TQ2 {
@@ -292,26 +292,72 @@ func (t *Tensor) addErr(ref, v float32) {
 	t.SqRef += r * r
 }
 
-// FirstNonFinite is the index of the first NaN or Inf in w, or -1. Both
-// have all exponent bits set, and adding one exponent step carries such an
-// exponent (only such) into bit 31: a branch-free scan per block.
-func FirstNonFinite(w []float32) int {
-	const exp = 0x7f800000
+// FirstNonFinite is the index of the first NaN or Inf in w, or -1.
+func FirstNonFinite(w []float32) int { return firstAbove(w, math.MaxFloat32) }
+
+// firstAbove is the index of the first weight of w whose magnitude is above
+// limit (NaN and ±Inf are above every limit), or -1. With the sign bit
+// cleared, float32 bit patterns order as magnitudes do, NaN above Inf, so
+// one unsigned maximum per block finds such a weight without a branch.
+func firstAbove(w []float32, limit float32) int {
+	lim := math.Float32bits(limit)
 	for b := 0; b < len(w); b += 64 {
 		blk := w[b:min(b+64, len(w))]
 		var acc uint32
 		for _, v := range blk {
-			acc |= math.Float32bits(v)&exp + 0x00800000
+			acc = max(acc, math.Float32bits(v)&0x7fffffff)
 		}
-		if acc&0x80000000 != 0 {
+		if acc > lim {
 			for i, v := range blk {
-				if math.Float32bits(v)&exp == exp {
+				if math.Float32bits(v)&0x7fffffff > lim {
 					return b + i
 				}
 			}
 		}
 	}
 	return -1
+}
+
+// maxF16 is the largest finite binary16 value, the most an fp16 scale or
+// minimum holds.
+const maxF16 = 65504
+
+// maxAbs is the largest weight magnitude f stores, with why. The fp16 scales
+// and minimums of q4, q2 and q1 hold what a weight may be; q8's scale is a
+// group's largest |w| / 127. tq2 (a float32 scale) and f32 hold any finite value.
+func (f Format) maxAbs() (float32, string) {
+	switch f {
+	case Q8:
+		return 127 * maxF16, "its f16 scales, a group's largest |weight| / 127, hold at most 65504"
+	case Q4, Q2:
+		return maxF16, "its f16 scales and minimums hold at most 65504"
+	case Q1:
+		return maxF16, "its f16 scales hold at most 65504"
+	case F16:
+		return maxF16, "the largest f16 is 65504"
+	case BF16:
+		return half.BFloat16(0x7f7f).Float32(), "the largest bf16 is 3.3895314e+38"
+	}
+	return math.MaxFloat32, ""
+}
+
+// CheckRange reports the first weight of w, a matrix of cols columns whose
+// first row is row firstRow of the whole (a caller converting a tensor chunk
+// by chunk passes the chunk's first row), that f cannot store: NaN, ±Inf, or
+// a finite value its scales would overflow on (1e10 at q4 would give an
+// infinite scale and NaN weights).
+func (f Format) CheckRange(w []float32, cols, firstRow int) error {
+	limit, why := f.maxAbs()
+	i := firstAbove(w, limit)
+	if i < 0 {
+		return nil
+	}
+	row, col := firstRow+i/cols, i%cols
+	v := w[i]
+	if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+		return fmt.Errorf("non-finite weight %v at row %d, column %d", v, row, col)
+	}
+	return fmt.Errorf("weight %g at row %d, column %d is out of range for %s (%s)", v, row, col, f, why)
 }
 
 // AbsMean is the mean absolute value of w, in float64.
@@ -473,7 +519,10 @@ func (t *Tensor) Dot(row int, x []float32) float32 {
 	return 0
 }
 
-// RelL2 is ||got - ref|| / ||ref|| in float64; NaN when either holds a NaN.
+// RelL2 is ||got - ref|| / ||ref|| in float64; NaN when either holds a NaN,
+// +Inf when ref is all zeros and got is not. Float32 squares (at most 1.2e77)
+// summed in float64 cannot overflow, so finite inputs of any size give a
+// finite figure.
 func RelL2(ref, got []float32) float64 {
 	var num, den float64
 	for i := range ref {

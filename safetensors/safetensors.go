@@ -17,11 +17,12 @@ import (
 	"maps"
 	"math"
 	"math/bits"
-	"os"
 	"slices"
 	"sort"
 	"strconv"
 	"unicode/utf8"
+
+	"lowbit/internal/safefile"
 )
 
 // MaxHeaderSize bounds the JSON header, as the reference implementation does
@@ -207,17 +208,14 @@ type File struct {
 	h       *header
 }
 
-// Open maps a safetensors file and checks its header.
+// Open maps a safetensors file and checks its header. Anything but a regular
+// file (a symlink to /dev/zero, a FIFO) is refused before it is read.
 func Open(path string) (*File, error) {
-	f, err := os.Open(path)
+	f, st, err := safefile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("safetensors: %w", err)
-	}
 	data, unmap, err := mapFile(f, st.Size())
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %s: %w", path, err)

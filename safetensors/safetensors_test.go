@@ -5,12 +5,14 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
+	"lowbit/internal/hostile"
 	"lowbit/internal/testmodels"
 )
 
@@ -360,55 +362,75 @@ func TestOpenDir(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
-		setup func(dir string)
+		setup func(t *testing.T, dir string)
 		want  string // error substring, or "" for success
 		names int
 	}{
-		{"single", func(d string) { writeTensorFile(t, filepath.Join(d, "model.safetensors"), "x", "y") }, "", 2},
-		{"sharded", func(d string) {
+		{"single", func(t *testing.T, d string) { writeTensorFile(t, filepath.Join(d, "model.safetensors"), "x", "y") }, "", 2},
+		{"sharded", func(t *testing.T, d string) {
 			writeTensorFile(t, filepath.Join(d, "model-00001-of-00002.safetensors"), "a", "b")
 			writeTensorFile(t, filepath.Join(d, "model-00002-of-00002.safetensors"), "c")
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(index(map[string]string{"a": "model-00001-of-00002.safetensors", "b": "model-00001-of-00002.safetensors", "c": "model-00002-of-00002.safetensors"})), 0o644)
 		}, "", 3},
-		{"missing shard", func(d string) {
+		{"missing shard", func(t *testing.T, d string) {
 			writeTensorFile(t, filepath.Join(d, "model-00001-of-00002.safetensors"), "a")
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(index(map[string]string{"a": "model-00001-of-00002.safetensors", "c": "model-00002-of-00002.safetensors"})), 0o644)
 		}, "shard model-00002-of-00002.safetensors (holding c", 0},
-		{"tensor not in shard", func(d string) {
+		{"tensor not in shard", func(t *testing.T, d string) {
 			writeTensorFile(t, filepath.Join(d, "s1.safetensors"), "a")
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(index(map[string]string{"a": "s1.safetensors", "b": "s1.safetensors"})), 0o644)
 		}, "tensor b in s1.safetensors", 0},
-		{"duplicate across shards", func(d string) {
+		{"duplicate across shards", func(t *testing.T, d string) {
 			writeTensorFile(t, filepath.Join(d, "s1.safetensors"), "a")
 			writeTensorFile(t, filepath.Join(d, "s2.safetensors"), "a", "b")
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(index(map[string]string{"a": "s1.safetensors", "b": "s2.safetensors"})), 0o644)
 		}, "tensor a is in both s1.safetensors and s2.safetensors", 0},
-		{"bad index json", func(d string) {
+		{"bad index json", func(t *testing.T, d string) {
 			writeTensorFile(t, filepath.Join(d, "s1.safetensors"), "a")
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":`), 0o644)
 		}, IndexFile, 0},
-		{"empty weight_map", func(d string) {
+		{"empty weight_map", func(t *testing.T, d string) {
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{}}`), 0o644)
 		}, "weight_map is missing or empty", 0},
-		{"bad shard", func(d string) {
+		{"bad shard", func(t *testing.T, d string) {
 			os.WriteFile(filepath.Join(d, "s1.safetensors"), build(`{"a":1}`, 0), 0o644)
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{"a":"s1.safetensors"}}`), 0o644)
 		}, "s1.safetensors", 0},
-		{"single other name", func(d string) { writeTensorFile(t, filepath.Join(d, "weights.safetensors"), "x") }, "", 1},
-		{"several unindexed", func(d string) {
+		{"single other name", func(t *testing.T, d string) { writeTensorFile(t, filepath.Join(d, "weights.safetensors"), "x") }, "", 1},
+		{"several unindexed", func(t *testing.T, d string) {
 			writeTensorFile(t, filepath.Join(d, "a.safetensors"), "x")
 			writeTensorFile(t, filepath.Join(d, "b.safetensors"), "y")
 		}, "2 .safetensors files", 0},
-		{"escaping shard", func(d string) {
+		{"escaping shard", func(t *testing.T, d string) {
 			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{"a":"../x.safetensors"}}`), 0o644)
 		}, "not a file name", 0},
-		{"pytorch only", func(d string) { os.WriteFile(filepath.Join(d, "pytorch_model.bin"), []byte("x"), 0o644) }, "only PyTorch .bin", 0},
-		{"empty", func(d string) {}, "no model.safetensors", 0},
+		{"absolute shard", func(t *testing.T, d string) {
+			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{"a":"/etc/passwd"}}`), 0o644)
+		}, `names shard "/etc/passwd", which is not a file name`, 0},
+		{"parent dir shard", func(t *testing.T, d string) {
+			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{"a":".."}}`), 0o644)
+		}, `names shard "..", which is not a file name`, 0},
+		{"shard is a directory", func(t *testing.T, d string) {
+			hostile.Dir(t, filepath.Join(d, "s1.safetensors"))
+			os.WriteFile(filepath.Join(d, IndexFile), []byte(`{"weight_map":{"a":"s1.safetensors"}}`), 0o644)
+		}, "s1.safetensors: not a regular file (directory)", 0},
+		{"index is /dev/zero", func(t *testing.T, d string) { hostile.DevZero(t, filepath.Join(d, IndexFile)) }, IndexFile + ": not a regular file (character device)", 0},
+		{"weights are /dev/zero", func(t *testing.T, d string) { hostile.DevZero(t, filepath.Join(d, "model.safetensors")) }, "model.safetensors: not a regular file (character device)", 0},
+		{"weights are a fifo", func(t *testing.T, d string) { hostile.FIFO(t, filepath.Join(d, "model.safetensors")) }, "model.safetensors: not a regular file (named pipe)", 0},
+		{"weights are a symlink", func(t *testing.T, d string) {
+			writeTensorFile(t, filepath.Join(d, "blob"), "x")
+			os.Symlink(filepath.Join(d, "blob"), filepath.Join(d, "model.safetensors"))
+		}, "", 1},
+		{"index too large", func(t *testing.T, d string) {
+			hostile.Oversized(t, filepath.Join(d, IndexFile), MaxIndexSize+1)
+		}, "over the 64 MiB limit", 0},
+		{"pytorch only", func(t *testing.T, d string) { os.WriteFile(filepath.Join(d, "pytorch_model.bin"), []byte("x"), 0o644) }, "only PyTorch .bin", 0},
+		{"empty", func(t *testing.T, d string) {}, "no model.safetensors", 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			tc.setup(dir)
+			tc.setup(t, dir)
 			s, err := OpenDir(dir)
 			if tc.want != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -458,6 +480,77 @@ func TestToFloat32(t *testing.T) {
 	if err := ToFloat32("F32", make([]byte, 5), make([]float32, 1)); err == nil {
 		t.Error("length mismatch accepted")
 	}
+}
+
+func TestParseIndex(t *testing.T) {
+	tests := []struct {
+		index string
+		want  string // error substring, "" for success
+	}{
+		{`{"weight_map":{"a":"s1.safetensors","b":"s1.safetensors","c":"s2.safetensors"}}`, ""},
+		{`{"weight_map":{"a":"sub/s1.safetensors"}}`, "not a file name"},
+		{`{"weight_map":{"a":"."}}`, "not a file name"},
+		{`{"weight_map":{"a":""}}`, "not a file name"},
+		{"{\"weight_map\":{\"a\":\"s\\u0000.safetensors\"}}", "not a file name"},
+		{`{"weight_map":[]}`, "cannot unmarshal"},
+		{`{"weight_map":null}`, "missing or empty"},
+	}
+	for _, tc := range tests {
+		shards, err := parseIndex([]byte(tc.index))
+		if tc.want == "" {
+			if err != nil || len(shards) != 2 || len(shards["s1.safetensors"]) != 2 {
+				t.Errorf("%s: %v, %v", tc.index, shards, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.index, err, tc.want)
+		}
+	}
+}
+
+func TestFromFloat32Overflow(t *testing.T) {
+	tests := []struct {
+		dt   DType
+		src  []float32
+		want string // "" for success
+	}{
+		{"F16", []float32{1, 65504, -65504, float32(math.Inf(1))}, ""},
+		{"F16", []float32{1, 1e10}, "element 1, 1e+10, is beyond the largest F16 (65504)"},
+		{"F16", []float32{-70000}, "element 0, -70000, is beyond the largest F16"},
+		{"BF16", []float32{3e38, float32(math.NaN())}, ""},
+		{"BF16", []float32{0, 0, math.MaxFloat32}, "element 2, 3.4028235e+38, is beyond the largest BF16"},
+		{"F32", []float32{math.MaxFloat32}, ""},
+	}
+	for _, tc := range tests {
+		b, err := FromFloat32(tc.dt, tc.src)
+		if tc.want == "" {
+			if err != nil || len(b) != tc.dt.Size()*len(tc.src) {
+				t.Errorf("%s %v: %d bytes, %v", tc.dt, tc.src, len(b), err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %v: err = %v, want %q", tc.dt, tc.src, err, tc.want)
+		}
+	}
+}
+
+func FuzzParseIndex(f *testing.F) {
+	f.Add([]byte(`{"metadata":{"total_size":32},"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}}`))
+	f.Add([]byte(`{"weight_map":{"a":"../x.safetensors"}}`))
+	f.Add([]byte(`{"weight_map":{"a":"/abs"}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		shards, err := parseIndex(data)
+		if err != nil {
+			return
+		}
+		for s, tensors := range shards {
+			if s == "" || s == "." || s == ".." || filepath.Base(s) != s || filepath.IsAbs(s) || len(tensors) == 0 {
+				t.Fatalf("accepted shard %q holding %v", s, tensors)
+			}
+		}
+	})
 }
 
 func FuzzOpen(f *testing.F) {

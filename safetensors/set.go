@@ -10,8 +10,10 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 
 	"lowbit/half"
+	"lowbit/internal/safefile"
 )
 
 // IndexFile names the shard index of a sharded checkpoint.
@@ -57,27 +59,20 @@ func OpenDir(dir string) (*Set, error) {
 	return nil, fmt.Errorf("safetensors: %s has no model.safetensors nor %s", dir, IndexFile)
 }
 
+// MaxIndexSize bounds model.safetensors.index.json: a few megabytes for the
+// largest checkpoints (one line per tensor), so a corrupt or hostile one is
+// refused instead of read without bound.
+const MaxIndexSize = 64 << 20
+
 // openIndex opens every shard an index names and checks the index against them.
 func openIndex(dir, idxPath string) (*Set, error) {
-	b, err := os.ReadFile(idxPath)
+	b, err := safefile.ReadFile(idxPath, MaxIndexSize)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
-	var idx struct {
-		WeightMap map[string]string `json:"weight_map"`
-	}
-	if err := json.Unmarshal(b, &idx); err != nil {
+	shardOf, err := parseIndex(b)
+	if err != nil {
 		return nil, fmt.Errorf("safetensors: %s: %w", idxPath, err)
-	}
-	if len(idx.WeightMap) == 0 {
-		return nil, fmt.Errorf("safetensors: %s: weight_map is missing or empty", idxPath)
-	}
-	shardOf := map[string][]string{}
-	for tensor, shard := range idx.WeightMap {
-		if shard == "" || filepath.Base(shard) != shard {
-			return nil, fmt.Errorf("safetensors: %s: tensor %q names shard %q, which is not a file name in the model directory", idxPath, tensor, shard)
-		}
-		shardOf[shard] = append(shardOf[shard], tensor)
 	}
 	shards := make([]string, 0, len(shardOf))
 	for s := range shardOf {
@@ -116,6 +111,29 @@ func openIndex(dir, idxPath string) (*Set, error) {
 		return nil, err
 	}
 	return set, nil
+}
+
+// parseIndex reads an index's weight_map into the tensors of each shard,
+// refusing shard names that are not plain file names of the model directory
+// (an absolute path, one with a directory, "/", "." or "..").
+func parseIndex(b []byte) (map[string][]string, error) {
+	var idx struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return nil, err
+	}
+	if len(idx.WeightMap) == 0 {
+		return nil, errors.New("weight_map is missing or empty")
+	}
+	shardOf := map[string][]string{}
+	for tensor, shard := range idx.WeightMap {
+		if shard == "" || shard == "." || shard == ".." || filepath.Base(shard) != shard || strings.ContainsAny(shard, "/\x00") {
+			return nil, fmt.Errorf("tensor %q names shard %q, which is not a file name in the model directory", tensor, shard)
+		}
+		shardOf[shard] = append(shardOf[shard], tensor)
+	}
+	return shardOf, nil
 }
 
 func newSet(files []*File) (*Set, error) {
@@ -206,19 +224,32 @@ func ToFloat32(dt DType, src []byte, dst []float32) error {
 }
 
 // FromFloat32 encodes float32 values as little-endian F32, F16 or BF16 bytes,
-// the inverse of ToFloat32 (rounding to nearest even for the 16-bit types).
+// the inverse of ToFloat32 (rounding to nearest even for the 16-bit types). A
+// finite value the 16-bit type would round to infinity is an error naming
+// the element, not a silent Inf in the file.
 func FromFloat32(dt DType, src []float32) ([]byte, error) {
+	overflow := func(i int, v float32, max string) error {
+		return fmt.Errorf("safetensors: element %d, %g, is beyond the largest %s (%s)", i, v, dt, max)
+	}
 	switch dt {
 	case "F16":
 		b := make([]byte, 2*len(src))
 		for i, v := range src {
-			binary.LittleEndian.PutUint16(b[2*i:], uint16(half.FromFloat32(v)))
+			h := half.FromFloat32(v)
+			if h&0x7fff == 0x7c00 && !math.IsInf(float64(v), 0) {
+				return nil, overflow(i, v, "65504")
+			}
+			binary.LittleEndian.PutUint16(b[2*i:], uint16(h))
 		}
 		return b, nil
 	case "BF16":
 		b := make([]byte, 2*len(src))
 		for i, v := range src {
-			binary.LittleEndian.PutUint16(b[2*i:], uint16(half.BFromFloat32(v)))
+			h := half.BFromFloat32(v)
+			if h&0x7fff == 0x7f80 && !math.IsInf(float64(v), 0) {
+				return nil, overflow(i, v, "3.3895314e+38")
+			}
+			binary.LittleEndian.PutUint16(b[2*i:], uint16(h))
 		}
 		return b, nil
 	case "F32":

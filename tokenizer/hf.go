@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"lowbit/internal/safefile"
 )
 
 var errEmptyPattern = errors.New("empty pattern")
@@ -153,7 +154,7 @@ type postItem struct{ ids []int }
 
 // LoadHFJSON reads a HuggingFace tokenizer.json with a BPE model.
 func LoadHFJSON(path string) (Tokenizer, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, maxHFJSONSize)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}

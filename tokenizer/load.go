@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"lowbit/internal/safefile"
 )
 
 // Load reads the tokenizer of the model in dir: tokenizer.json when present, else
@@ -84,39 +86,55 @@ type tokenizerConfig struct {
 	tokens       map[string]string
 }
 
+// Size limits of the files a tokenizer is read from: far above any real one
+// (a 256k-token tokenizer.json is about 20 MB), so that a corrupt or hostile
+// file is refused, naming it, instead of read without bound.
+const (
+	maxConfigSize        = 16 << 20 // tokenizer_config.json, special_tokens_map.json, generation_config.json, chat_template.jinja
+	maxHFJSONSize        = 256 << 20
+	maxSentencePieceSize = 64 << 20
+)
+
 func readTokenizerConfig(dir string) (*tokenizerConfig, error) {
 	cfg := &tokenizerConfig{tokens: map[string]string{}}
 	for _, name := range []string{"special_tokens_map.json", "tokenizer_config.json"} {
 		path := filepath.Join(dir, name)
-		b, err := os.ReadFile(path)
+		b, err := safefile.ReadFile(path, maxConfigSize)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("tokenizer: %w", err)
 		}
-		var raw map[string]json.RawMessage
-		if err := json.Unmarshal(b, &raw); err != nil {
+		if err := cfg.merge(name, b); err != nil {
 			return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
-		}
-		for _, k := range []string{"bos_token", "eos_token"} {
-			if v, ok := raw[k]; ok {
-				s, err := tokenContent(v)
-				if err != nil {
-					return nil, fmt.Errorf("tokenizer: %s: %s: %w", path, k, err)
-				}
-				if s != "" {
-					cfg.tokens[k] = s
-				}
-			}
-		}
-		if name == "tokenizer_config.json" {
-			if err := json.Unmarshal(b, cfg); err != nil {
-				return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
-			}
 		}
 	}
 	return cfg, nil
+}
+
+// merge adds the tokens of one file (named name) to c; tokenizer_config.json
+// also gives add_bos_token and the chat template.
+func (c *tokenizerConfig) merge(name string, b []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	for _, k := range []string{"bos_token", "eos_token"} {
+		if v, ok := raw[k]; ok {
+			s, err := tokenContent(v)
+			if err != nil {
+				return fmt.Errorf("%s: %w", k, err)
+			}
+			if s != "" {
+				c.tokens[k] = s
+			}
+		}
+	}
+	if name == "tokenizer_config.json" {
+		return json.Unmarshal(b, c)
+	}
+	return nil
 }
 
 // tokenContent reads a token given as "text" or as {"content": "text", ...} (or null).
@@ -167,21 +185,30 @@ type generationConfig struct{ bos, eos []int }
 
 // readGenerationConfig reads bos_token_id and eos_token_id (an id or a list of ids).
 func readGenerationConfig(dir string) (generationConfig, error) {
-	var g generationConfig
 	path := filepath.Join(dir, "generation_config.json")
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, maxConfigSize)
 	if errors.Is(err, os.ErrNotExist) {
-		return g, nil
+		return generationConfig{}, nil
 	}
 	if err != nil {
-		return g, fmt.Errorf("tokenizer: %w", err)
+		return generationConfig{}, fmt.Errorf("tokenizer: %w", err)
 	}
+	g, err := parseGenerationConfig(b)
+	if err != nil {
+		return g, fmt.Errorf("tokenizer: %s: %w", path, err)
+	}
+	return g, nil
+}
+
+// parseGenerationConfig reads generation_config.json; negative ids mean none.
+func parseGenerationConfig(b []byte) (generationConfig, error) {
+	var g generationConfig
 	var raw struct {
 		BOS json.RawMessage `json:"bos_token_id"`
 		EOS json.RawMessage `json:"eos_token_id"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
-		return g, fmt.Errorf("tokenizer: %s: %w", path, err)
+		return g, err
 	}
 	ids := func(v json.RawMessage, field string) ([]int, error) {
 		if len(v) == 0 || string(v) == "null" {
@@ -196,7 +223,7 @@ func readGenerationConfig(dir string) (generationConfig, error) {
 		}
 		var many []int
 		if err := json.Unmarshal(v, &many); err != nil {
-			return nil, fmt.Errorf("tokenizer: %s: %s is neither an id nor a list of ids", path, field)
+			return nil, fmt.Errorf("%s is neither an id nor a list of ids", field)
 		}
 		var out []int
 		for _, id := range many {
@@ -206,6 +233,7 @@ func readGenerationConfig(dir string) (generationConfig, error) {
 		}
 		return out, nil
 	}
+	var err error
 	if g.bos, err = ids(raw.BOS, "bos_token_id"); err != nil {
 		return g, err
 	}

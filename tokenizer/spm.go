@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"lowbit/internal/safefile"
 )
 
 // SentencePiece piece types (sentencepiece_model.proto, ModelProto.SentencePiece.Type).
@@ -53,7 +54,7 @@ type spModel struct {
 
 // LoadSentencePiece reads a SentencePiece model file (tokenizer.model).
 func LoadSentencePiece(path string) (Tokenizer, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, maxSentencePieceSize)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}

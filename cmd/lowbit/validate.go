@@ -2,15 +2,19 @@ package main
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/spf13/cobra"
 
 	"lowbit/hub"
 	"lowbit/internal/atomicfile"
+	"lowbit/internal/safefile"
 	"lowbit/model"
 	"lowbit/validate"
 )
+
+// maxTextSize bounds the --text file: validation reads at most a few thousand
+// tokens of it, so a larger file is a mistake (or /dev/zero) to refuse, not read.
+const maxTextSize = 64 << 20
 
 func newValidateCmd() *cobra.Command {
 	var (
@@ -64,7 +68,7 @@ when a check fails.`,
 			if len(args) == 1 {
 				text := ""
 				if textFile != "" {
-					b, err := os.ReadFile(textFile)
+					b, err := safefile.ReadFile(textFile, maxTextSize)
 					if err != nil {
 						return fmt.Errorf("--text: %w", err)
 					}

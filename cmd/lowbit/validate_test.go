@@ -90,6 +90,7 @@ func TestValidateBadInput(t *testing.T) {
 		{"reference differs", []string{"validate", q, "--reference", other}, "reference"},
 		{"empty text", []string{"validate", q, "--text", empty}, "empty"},
 		{"missing text", []string{"validate", q, "--text", empty + ".none"}, "--text"},
+		{"text is a directory", []string{"validate", q, "--text", other}, "--text: " + other + ": not a regular file (directory)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, _, err := runIn(t, "", append(c.args, "--device", "cpu")...)
