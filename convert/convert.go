@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"lowbit/internal/atomicfile"
+	"lowbit/internal/safefile"
 	"lowbit/manifest"
 	"lowbit/model"
 	"lowbit/quantize"
@@ -113,7 +114,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, err
 	}
 	cfgPath := filepath.Join(snap.Dir, "config.json")
-	cfgBytes, err := os.ReadFile(cfgPath)
+	cfgBytes, err := safefile.ReadFile(cfgPath, model.MaxConfigSize)
 	if err != nil {
 		return nil, fmt.Errorf("read model config: %w", err)
 	}
@@ -450,14 +451,15 @@ func fileExists(p string) bool {
 	return err == nil && !st.IsDir()
 }
 
+// hashFile checksums a regular file, reading no more than its size.
 func hashFile(path string) (manifest.File, error) {
-	f, err := os.Open(path)
+	f, st, err := safefile.Open(path)
 	if err != nil {
 		return manifest.File{}, err
 	}
 	defer f.Close()
 	h := sha256.New()
-	n, err := io.Copy(h, f)
+	n, err := io.CopyN(h, f, st.Size())
 	if err != nil {
 		return manifest.File{}, fmt.Errorf("hash %s: %w", path, err)
 	}
@@ -487,7 +489,7 @@ func hashDir(dir string) ([]manifest.File, error) {
 
 // copyFile copies src to dst (dst is inside the temporary output directory).
 func copyFile(src, dst string) error {
-	in, err := os.Open(src)
+	in, st, err := safefile.Open(src)
 	if err != nil {
 		return err
 	}
@@ -496,7 +498,7 @@ func copyFile(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
+	if _, err := io.CopyN(out, in, st.Size()); err != nil {
 		out.Close()
 		return err
 	}

@@ -371,6 +371,12 @@ func rewrite(path, old, new string) error {
 // poisonTensor sets one weight of a F32 tensor to NaN in place.
 func poisonTensor(t *testing.T, dir, name string) {
 	t.Helper()
+	setWeight(t, dir, name, float32(math.NaN()))
+}
+
+// setWeight sets the eighth weight of a F32 tensor (row 0, column 7) in place.
+func setWeight(t *testing.T, dir, name string, v float32) {
+	t.Helper()
 	p := filepath.Join(dir, "model.safetensors")
 	st, err := safetensors.Open(p)
 	if err != nil {
@@ -384,7 +390,7 @@ func poisonTensor(t *testing.T, dir, name string) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := f.WriteAt(binary.LittleEndian.AppendUint32(nil, math.Float32bits(float32(math.NaN()))), off); err != nil {
+	if _, err := f.WriteAt(binary.LittleEndian.AppendUint32(nil, math.Float32bits(v)), off); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -257,3 +257,26 @@ func TestConvertNeverDeletesWhatItDidNotCreate(t *testing.T) {
 		}
 	})
 }
+
+// TestConvertHugeWeights: a finite weight too large for the format's scales
+// is refused by tensor, place and limit, not as a NaN error or a JSON one.
+func TestConvertHugeWeights(t *testing.T) {
+	for _, tc := range []struct {
+		value float32
+		bits  string
+		want  string
+	}{
+		{1e10, "4", "weight 1e+10 at row 0, column 7 is out of range for q4"},
+		{3e38, "8", "out of range for q8"},
+		{1e10, "f16", "1e+10"},
+	} {
+		src := writeSource(t, fixture.Llama(), func(dir string) error {
+			setWeight(t, dir, "model.layers.1.mlp.up_proj.weight", tc.value)
+			return nil
+		})
+		_, err := Run(context.Background(), Options{Source: src, Out: filepath.Join(t.TempDir(), "out"), Bits: tc.bits})
+		if err == nil || !strings.Contains(err.Error(), "model.layers.1.mlp.up_proj.weight") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%g at %s bits: %v", tc.value, tc.bits, err)
+		}
+	}
+}

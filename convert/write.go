@@ -145,6 +145,9 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 		if err := toFloat(p, src, x, r0, cols, s.allowNonFinite); err != nil {
 			return e, err
 		}
+		if err := p.format.CheckRange(x, int(cols), int(r0)); err != nil {
+			return e, fmt.Errorf("tensor %s: %w", p.name, err)
+		}
 		if !p.format.Quantized() {
 			b, err := safetensors.FromFloat32(p.parts[0].spec.DType, x)
 			if err != nil {
