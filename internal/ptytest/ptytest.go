@@ -144,6 +144,22 @@ func (p *Terminal) Expect(want string) string {
 	}
 }
 
+// Next waits until the program has written n bytes after what earlier
+// calls passed, and returns them: output whose text is not known, such as a
+// model's reply. It fails the test as Expect does.
+func (p *Terminal) Next(n int) string {
+	p.t.Helper()
+	deadline := time.Now().Add(Timeout)
+	for len(p.out)-p.seen < n {
+		if err := p.read(deadline); err != nil {
+			p.t.Fatalf("waiting for %d bytes: %v; the terminal shows after the last match:\n%s", n, err, p.out[p.seen:])
+		}
+	}
+	got := string(p.out[p.seen : p.seen+n])
+	p.seen += n
+	return got
+}
+
 // read appends what the program writes next to p.out.
 func (p *Terminal) read(deadline time.Time) error {
 	if err := p.master.SetReadDeadline(deadline); err != nil {

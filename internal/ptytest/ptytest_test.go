@@ -20,7 +20,10 @@ test -t 0 && test -t 1 && echo "terminal $(stty size)"
 read line; echo "read:$line"
 while :; do sleep 0.05; done`
 	term := Start(t, exec.Command(sh, "-c", script), 100, 30)
-	term.Expect("terminal 30 100")
+	if got := term.Next(len("terminal")); got != "terminal" {
+		t.Errorf("Next gave %q", got)
+	}
+	term.Expect(" 30 100")
 	term.Type("hello\r")
 	if got := term.Expect("read:hello"); !strings.Contains(got, "hello\r\n") {
 		t.Errorf("typed line not echoed: %q", got)
