@@ -31,7 +31,7 @@ that begins with / goes in such a block).
 // while a reply streams, the terminal then being in its usual mode) stops
 // only that reply; at the prompt the terminal is raw and Ctrl-C is a key.
 func (g *generation) chatTerminal(ctx context.Context, in *os.File, conv *chat.Conversation) error {
-	ed := newLineEditor(in, g.errw)
+	ed := newLineEditor(ctx, in, g.errw)
 	defer ed.close()
 	// main's signal context would end the command at the first SIGINT; the
 	// chat takes SIGINT over for its whole life, so that a Ctrl-C between
@@ -59,6 +59,8 @@ func (g *generation) chatTerminal(ctx context.Context, in *os.File, conv *chat.C
 			continue
 		case errors.Is(err, io.EOF):
 			return nil
+		case ctx.Err() != nil:
+			return context.Cause(ctx)
 		case err != nil:
 			return err
 		}
@@ -217,8 +219,8 @@ type lineEditor struct {
 	keys *keyReader
 }
 
-func newLineEditor(in *os.File, out io.Writer) *lineEditor {
-	keys := &keyReader{r: in}
+func newLineEditor(ctx context.Context, in *os.File, out io.Writer) *lineEditor {
+	keys := &keyReader{ctx: ctx, r: in}
 	t := term.NewTerminal(struct {
 		io.Reader
 		io.Writer
@@ -255,12 +257,20 @@ const keyCtrlC = 3
 // keyReader passes the terminal's keys on to term.Terminal, which reads
 // Ctrl-C as the end of input (like Ctrl-D) and leaves the line in place.
 // A Ctrl-C becomes an Enter flagged as interrupted instead: the line ends,
-// is known to be dropped, and stays out of the history.
+// is known to be dropped, and stays out of the history. A read ends at the
+// end of ctx too (SIGTERM at the prompt), though the terminal gives nothing.
 type keyReader struct {
+	ctx         context.Context
 	r           io.Reader
-	buf         [256]byte
-	pending     []byte // read from r, not passed on yet
-	interrupted bool   // the last line ended at a Ctrl-C
+	inFlight    chan keys // the read under way, nil when none
+	pending     []byte    // read from r, not passed on yet
+	interrupted bool      // the last line ended at a Ctrl-C
+}
+
+// keys are what one read of the terminal gave.
+type keys struct {
+	b   []byte
+	err error
 }
 
 func (k *keyReader) Read(p []byte) (int, error) {
@@ -268,11 +278,26 @@ func (k *keyReader) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	if len(k.pending) == 0 {
-		n, err := k.r.Read(k.buf[:])
-		if n == 0 {
-			return 0, err
+		if k.inFlight == nil {
+			// A read of a terminal cannot be called off: it runs on its
+			// own, and is left behind only when ctx ends the chat.
+			k.inFlight = make(chan keys, 1)
+			go func(r io.Reader, done chan<- keys) {
+				b := make([]byte, 256)
+				n, err := r.Read(b)
+				done <- keys{b[:n], err}
+			}(k.r, k.inFlight)
 		}
-		k.pending = k.buf[:n]
+		select {
+		case got := <-k.inFlight:
+			k.inFlight = nil
+			if len(got.b) == 0 {
+				return 0, got.err
+			}
+			k.pending = got.b
+		case <-k.ctx.Done():
+			return 0, context.Cause(k.ctx)
+		}
 	}
 	if k.pending[0] == keyCtrlC {
 		k.pending = k.pending[1:]

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -8,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/term"
@@ -190,16 +193,34 @@ func TestChatTerminalCtrlCStopsReply(t *testing.T) {
 	}
 }
 
-// TestChatTerminalEnds checks each way to end a chat: all exit 0.
+// TestChatTerminalEnds checks each way to end a chat: the user's exit 0,
+// SIGTERM at the prompt (where the chat waits on the terminal) exits 1.
 func TestChatTerminalEnds(t *testing.T) {
 	dir := chatFixture(t, 256)
-	for _, keys := range []string{"/exit\r", "/bye\r", "/quit\r", "\x04", "\x03\x03", "typed\x03\x03\x03"} {
-		t.Run(strings.NewReplacer("\r", "", "\x03", "^C", "\x04", "^D").Replace(keys), func(t *testing.T) {
+	cases := []struct {
+		name, keys string
+		signal     os.Signal
+		code       int
+		say        string
+	}{
+		{"/exit", "/exit\r", nil, 0, ""},
+		{"/bye", "/bye\r", nil, 0, ""},
+		{"/quit", "/quit\r", nil, 0, ""},
+		{"Ctrl-D", "\x04", nil, 0, ""},
+		{"Ctrl-C twice", "\x03\x03", nil, 0, ""},
+		{"Ctrl-C clearing a line, then twice", "typed\x03\x03\x03", nil, 0, ""},
+		{"SIGTERM", "", syscall.SIGTERM, 1, "lowbit: terminated signal received"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
 			term := startLowbit(t, "run", dir, "--device", "cpu", "--temp", "0", "-n", "4")
 			term.Expect(">>> ")
-			term.Type(keys)
-			if code, rest := term.Wait(); code != 0 {
-				t.Errorf("exit code %d; the terminal shows:\n%s", code, rest)
+			term.Type(c.keys)
+			if c.signal != nil {
+				term.Signal(c.signal)
+			}
+			if code, rest := term.Wait(); code != c.code || !strings.Contains(rest, c.say) {
+				t.Errorf("exit code %d, want %d with %q; the terminal shows:\n%s", code, c.code, c.say, rest)
 			}
 		})
 	}
@@ -269,7 +290,7 @@ func TestReadMessage(t *testing.T) {
 // interrupt, read on its own, and that the history keeps out the lines it
 // ended, blank lines and repeats.
 func TestKeyReader(t *testing.T) {
-	k := &keyReader{r: strings.NewReader("ab\x03cd\x03\x03")}
+	k := &keyReader{ctx: context.Background(), r: strings.NewReader("ab\x03cd\x03\x03")}
 	var got []string
 	buf := make([]byte, 16)
 	for {
@@ -298,4 +319,67 @@ func TestKeyReader(t *testing.T) {
 	if h.Len() != 3 || h.At(0) != "a" || h.At(1) != "b" || h.At(2) != "a" {
 		t.Errorf("history %q, want [a b a]", h.lines)
 	}
+}
+
+// FuzzKeyReader checks that the keys pass through unchanged but for each
+// Ctrl-C, which becomes an Enter read alone and flagged, whatever the bytes
+// and however the reads split them.
+func FuzzKeyReader(f *testing.F) {
+	f.Add([]byte("ab\x03cd\x03\x03"), uint8(3))
+	f.Add([]byte("\x1b[A\r\x03"), uint8(1))
+	f.Fuzz(func(t *testing.T, data []byte, size uint8) {
+		k := &keyReader{ctx: context.Background(), r: strings.NewReader(string(data))}
+		buf := make([]byte, int(size)%8+1)
+		var got []byte
+		for {
+			n, err := k.Read(buf)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k.interrupted && (n != 1 || buf[0] != '\r') {
+				t.Fatalf("an interrupt read %q", buf[:n])
+			}
+			if k.interrupted {
+				got = append(got, keyCtrlC)
+				k.interrupted = false
+				continue
+			}
+			if bytes.IndexByte(buf[:n], keyCtrlC) >= 0 {
+				t.Fatalf("a Ctrl-C passed through in %q", buf[:n])
+			}
+			got = append(got, buf[:n]...)
+		}
+		if !bytes.Equal(got, data) {
+			t.Errorf("read %q, want %q", got, data)
+		}
+	})
+}
+
+// FuzzReadMessage checks that any lines make messages without a panic,
+// and that only a message of several lines holds a newline.
+func FuzzReadMessage(f *testing.F) {
+	f.Add("hi\n\"\"\"\na\\\nb\"\"\"\nc\\")
+	f.Add("\"\"\"\"\"\"\n\\\n\"\"\"")
+	f.Fuzz(func(t *testing.T, text string) {
+		var lines scriptedLines
+		for _, line := range strings.Split(text, "\n") {
+			lines = append(lines, struct {
+				line string
+				err  error
+			}{line, nil})
+		}
+		for range len(lines) + 1 {
+			msg, multi, err := readMessage(&lines)
+			if err != nil {
+				return
+			}
+			if !multi && strings.Contains(msg, "\n") {
+				t.Fatalf("one-line message %q", msg)
+			}
+		}
+		t.Fatalf("%d lines left after as many messages as lines", len(lines))
+	})
 }

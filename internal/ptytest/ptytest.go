@@ -125,6 +125,14 @@ func (p *Terminal) Type(keys string) {
 	}
 }
 
+// Signal sends sig to the program, as kill(1) would.
+func (p *Terminal) Signal(sig os.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatalf("signalling the program: %v", err)
+	}
+}
+
 // Expect waits until the program has written want after what earlier
 // Expects matched, and returns the output from there up to the end of want.
 // It fails the test, showing the output, when want does not come within
