@@ -227,13 +227,37 @@ func TestChatTerminalEnds(t *testing.T) {
 }
 
 // TestRunTerminalCompletion checks that on a terminal the prompt is printed
-// before its completion, so the user reads the whole text.
+// before its completion, so the user reads the whole text, and that an
+// error or Ctrl-C after it starts on a line of its own.
 func TestRunTerminalCompletion(t *testing.T) {
-	dir := testmodels.Path(t, "stories260K-hf")
-	term := startLowbit(t, "run", dir, "Once", "upon", "a", "--device", "cpu", "--temp", "0", "-n", "8")
-	term.Expect("Once upon a time, there was a little")
-	if code, rest := term.Wait(); code != 0 {
-		t.Errorf("exit code %d; the terminal shows:\n%s", code, rest)
+	long := chatFixture(t, 1<<16)
+	cases := []struct {
+		name   string
+		dir    func(t *testing.T) string
+		args   []string
+		ctrlC  bool // type Ctrl-C once the completion streams
+		expect string
+		code   int
+	}{
+		{"completion", func(t *testing.T) string { return testmodels.Path(t, "stories260K-hf") },
+			[]string{"Once", "upon", "a", "-n", "8"}, false, "Once upon a time, there was a little", 0},
+		{"prompt beyond the context", func(*testing.T) string { return long },
+			[]string{"when the dog", "--ctx", "8"}, false, "when the dog\r\nlowbit: the prompt is 9 tokens but the context holds 8: raise --ctx", 1},
+		{"Ctrl-C", func(*testing.T) string { return long },
+			[]string{"when the dog", "-n", "0", "--ctx", "65536"}, true, "\r\nlowbit: interrupt signal received", 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			term := startLowbit(t, append([]string{"run", c.dir(t), "--device", "cpu", "--temp", "0"}, c.args...)...)
+			if c.ctrlC {
+				term.Next(40)
+				term.Type("\x03")
+			}
+			term.Expect(c.expect)
+			if code, rest := term.Wait(); code != c.code {
+				t.Errorf("exit code %d, want %d; the terminal shows:\n%s", code, c.code, rest)
+			}
+		})
 	}
 }
 

@@ -143,8 +143,8 @@ func readInput(cmd *cobra.Command, words []string, file string) (runInput, error
 		text, err := readAtMost(fh, file)
 		return runInput{prompt: trimFinalNewline(text), complete: true}, err
 	}
-	if fh, ok := stdin.(*os.File); ok && term.IsTerminal(int(fh.Fd())) {
-		return runInput{terminal: fh}, nil
+	if isTerminal(stdin) {
+		return runInput{terminal: stdin.(*os.File)}, nil
 	}
 	text, err := readAtMost(stdin, "stdin")
 	if err == nil && strings.TrimSpace(text) == "" {
@@ -212,7 +212,8 @@ func runModel(cmd *cobra.Command, args []string, f runFlags, in runInput) error 
 	if backend != nil {
 		device = backend.Name()
 	}
-	g := &generation{r: r, opts: opts, out: cmd.OutOrStdout(), errw: cmd.ErrOrStderr(), maxPositions: m.Config.MaxPositions}
+	stdout := cmd.OutOrStdout()
+	g := &generation{r: r, opts: opts, out: &lineWriter{w: stdout}, outTerminal: isTerminal(stdout), errw: cmd.ErrOrStderr(), maxPositions: m.Config.MaxPositions}
 	if !f.asJSON {
 		g.stream = g.out
 	}
@@ -262,16 +263,40 @@ func runModel(cmd *cobra.Command, args []string, f runFlags, in runInput) error 
 type generation struct {
 	r            *chat.Runner
 	opts         chat.Options
-	out, errw    io.Writer
+	out          *lineWriter // stdout
+	outTerminal  bool
+	errw         io.Writer
 	stream       io.Writer // the text as it is generated: out, or nil with --json
 	report       func(res chat.Result, prompt string) error
 	maxPositions int
 }
 
+// lineWriter writes to w and remembers whether the last line is
+// unfinished, so that a message after a text cut short starts on a line of
+// its own.
+type lineWriter struct {
+	w       io.Writer
+	midLine bool
+}
+
+func (l *lineWriter) Write(p []byte) (int, error) {
+	if len(p) > 0 {
+		l.midLine = p[len(p)-1] != '\n'
+	}
+	return l.w.Write(p)
+}
+
+// endLine ends an unfinished line.
+func (l *lineWriter) endLine() {
+	if l.midLine {
+		fmt.Fprintln(l)
+	}
+}
+
 // complete streams the completion of prompt, after the prompt itself when
 // stdout is a terminal (so the reader sees the whole text).
 func (g *generation) complete(ctx context.Context, prompt string) error {
-	if g.stream != nil && isTerminal(g.out) {
+	if g.stream != nil && g.outTerminal {
 		fmt.Fprint(g.out, prompt)
 	}
 	res, err := g.r.Complete(ctx, prompt, g.opts, g.stream)
@@ -305,6 +330,7 @@ func (g *generation) finish(res chat.Result, prompt string) error {
 // explain turns a generation's error into what the user can do about it
 // (on a terminal, a chat can also start over).
 func (g *generation) explain(ctx context.Context, err error, interactive bool) error {
+	g.out.endLine()
 	var tooLong *chat.TooLongError
 	switch {
 	case errors.As(err, &tooLong) && interactive:
@@ -312,9 +338,6 @@ func (g *generation) explain(ctx context.Context, err error, interactive bool) e
 	case errors.As(err, &tooLong):
 		return fmt.Errorf("%w: raise --ctx (the model reads up to %d) or shorten the prompt", err, g.maxPositions)
 	case ctx.Err() != nil:
-		if g.stream != nil {
-			fmt.Fprintln(g.out)
-		}
 		return context.Cause(ctx)
 	}
 	return err
