@@ -79,10 +79,8 @@ func (g *generation) chatTerminal(ctx context.Context, in *os.File, conv *chat.C
 		})
 		var tooLong *chat.TooLongError
 		switch {
-		case stopped:
-			if g.stream != nil {
-				fmt.Fprintln(g.out)
-			}
+		case stopped: // after the reply so far and the ^C the terminal echoed
+			fmt.Fprintln(g.out)
 		case errors.As(err, &tooLong):
 			fmt.Fprintln(g.errw, "lowbit:", g.explain(ctx, err, true))
 		case err != nil:
@@ -219,6 +217,8 @@ type lineEditor struct {
 	keys *keyReader
 }
 
+// newLineEditor edits lines typed on in, echoing them to out; ctx ends a
+// wait for keys.
 func newLineEditor(ctx context.Context, in *os.File, out io.Writer) *lineEditor {
 	keys := &keyReader{ctx: ctx, r: in}
 	t := term.NewTerminal(struct {
@@ -231,8 +231,10 @@ func newLineEditor(ctx context.Context, in *os.File, out io.Writer) *lineEditor 
 	return &lineEditor{fd: int(in.Fd()), term: t, keys: keys}
 }
 
+// close turns the marking of pasted text off again.
 func (e *lineEditor) close() { e.term.SetBracketedPasteMode(false) }
 
+// readLine reads one line after prompt, the terminal raw meanwhile.
 func (e *lineEditor) readLine(prompt string) (string, error) {
 	if w, h, err := term.GetSize(e.fd); err == nil && w > 0 && h > 0 {
 		e.term.SetSize(w, h)
