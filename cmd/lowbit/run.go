@@ -61,8 +61,8 @@ Without a prompt it chats in the model's chat template. On a terminal, lines are
 edited with Left/Right, Home/End and Ctrl-A/E/U/W, and Up/Down recall earlier ones;
 a line ending in \ goes on on the next, and """ opens and closes a block of lines;
 /help lists the commands (/reset, /system, /exit). Ctrl-C stops a reply (which is not
-kept, as in Ollama) or clears the line; Ctrl-D, /exit (/bye) or Ctrl-C twice on an
-empty line ends the chat. Piped stdin is read whole as one message, or, for a model
+kept, as in Ollama, nor is the message it answered) or clears the line; Ctrl-D, /exit
+(/bye) or Ctrl-C twice on an empty line ends the chat. Piped stdin is read whole as one message, or, for a model
 without a chat template, as the prompt to complete.`,
 		Example: `  lowbit run ./tinyllama-q4 Once upon a time
   lowbit run ./tinyllama-q4 -f story.txt -n 256 --temp 0.7 --top-p 0.9 --seed 1 --stats
