@@ -56,6 +56,8 @@ type TooLongError struct {
 	Conversation bool
 }
 
+// Error says how long the prompt is and what the context holds, leaving
+// the advice to the caller (which knows its flags and commands).
 func (e *TooLongError) Error() string {
 	what := "prompt"
 	if e.Conversation {
