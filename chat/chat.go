@@ -39,12 +39,31 @@ const (
 
 // Result is one generation: its text, why it ended and its timings.
 type Result struct {
-	// Text is the generated text (without a stop string).
+	// Text is the generated text (without a stop string), as it follows the
+	// prompt's text.
 	Text string `json:"text"`
 	// Stop is why generation ended: eos, max_tokens, context or stop_string.
 	Stop string `json:"stop"`
 	// Stats are the token counts and timings.
 	Stats model.GenerateStats `json:"-"`
+}
+
+// TooLongError is a prompt (or a conversation's history) that does not fit
+// the session's context; a chat can forget its history and go on.
+type TooLongError struct {
+	Tokens, Context int
+	// Conversation: the tokens are a whole conversation, not one prompt.
+	Conversation bool
+}
+
+// Error says how long the prompt is and what the context holds, leaving
+// the advice to the caller (which knows its flags and commands).
+func (e *TooLongError) Error() string {
+	what := "prompt"
+	if e.Conversation {
+		what = "conversation"
+	}
+	return fmt.Sprintf("the %s is %d tokens but the context holds %d", what, e.Tokens, e.Context)
 }
 
 // Runner generates text with one session; it remembers which tokens the
@@ -73,7 +92,10 @@ func (r *Runner) Session() *model.Session { return r.s }
 func (r *Runner) Tokenizer() tokenizer.Tokenizer { return r.tok }
 
 // Complete continues text (after BOS when the model's configuration asks for
-// it), writing the generated text to w as it comes (w may be nil).
+// it), writing the generated text to w as it comes (w may be nil). The
+// text is exactly the continuation: text + Result.Text reads as the model
+// wrote it, the first token's leading space included, as llama.cpp returns
+// a completion.
 func (r *Runner) Complete(ctx context.Context, text string, opts Options, w io.Writer) (Result, error) {
 	ids, err := r.tok.Encode(text, tokenizer.AddBOS(r.tok))
 	if err != nil {
@@ -94,7 +116,7 @@ func (r *Runner) Generate(ctx context.Context, ids []int, opts Options, w io.Wri
 		}
 	}
 	if len(ids) > r.s.Context() {
-		return Result{}, fmt.Errorf("chat: the prompt is %d tokens but the context holds %d (raise --ctx, shorten the prompt, or /reset a chat)", len(ids), r.s.Context())
+		return Result{}, &TooLongError{Tokens: len(ids), Context: r.s.Context()}
 	}
 	sampler, err := model.NewSampler(opts.Sampler)
 	if err != nil {
@@ -112,7 +134,7 @@ func (r *Runner) Generate(ctx context.Context, ids []int, opts Options, w io.Wri
 	r.s.Truncate(keep)
 	r.fed = r.fed[:keep]
 
-	out := newStream(r.tok, opts.Stop, w)
+	out := newStream(r.tok, ids, opts.Stop, w)
 	st, err := model.Generate(ctx, r.s, ids[keep:], model.GenerateOptions{
 		MaxTokens: opts.MaxTokens,
 		Sampler:   sampler,
@@ -174,14 +196,24 @@ type stream struct {
 	err     error
 }
 
-func newStream(t tokenizer.Tokenizer, stops []string, w io.Writer) *stream {
+// newStream decodes the tokens generated after prompt. The decoder reads the
+// prompt first (its text is dropped), so the generated text is what follows
+// the prompt's text in the decoding of the whole sequence: the first token
+// keeps its leading space, which a decoder starting afresh strips as the
+// start of a text (SentencePiece, HF Strip and Metaspace decoders).
+func newStream(t tokenizer.Tokenizer, prompt []int, stops []string, w io.Writer) *stream {
 	var nonEmpty []string
 	for _, s := range stops {
 		if s != "" {
 			nonEmpty = append(nonEmpty, s)
 		}
 	}
-	return &stream{dec: tokenizer.NewDecoder(t), stops: nonEmpty, w: w}
+	dec := tokenizer.NewDecoder(t)
+	for _, id := range prompt {
+		dec.Next(id)
+	}
+	dec.Flush()
+	return &stream{dec: dec, stops: nonEmpty, w: w}
 }
 
 // token takes one generated id; false ends generation at a stop string.

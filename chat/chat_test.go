@@ -2,11 +2,13 @@ package chat
 
 import (
 	"context"
+	"errors"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 
+	"lowbit/internal/fixture"
 	"lowbit/internal/testmodels"
 	"lowbit/model"
 	"lowbit/tokenizer"
@@ -55,7 +57,7 @@ func TestStreamStopStrings(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var out strings.Builder
-			s := newStream(tok, c.stops, &out)
+			s := newStream(tok, nil, c.stops, &out)
 			for _, id := range c.ids {
 				if !s.token(id) {
 					break
@@ -151,30 +153,68 @@ func TestCompleteMatchesGolden(t *testing.T) {
 	}
 }
 
+// newRunner loads the model in dir and pairs a fresh session with its tokenizer.
+func newRunner(t *testing.T, dir string) *Runner {
+	t.Helper()
+	m, tok := stories(t, dir)
+	s, err := m.NewSession(model.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRunner(s, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestCompletionKeepsLeadingSpace checks that a completion is exactly what
+// follows the prompt in the decoding of the whole sequence: the first
+// token's leading space is kept, with SentencePiece (stories260K) and with
+// a tokenizer.json whose decoder strips the text's first space (the fixture).
+func TestCompletionKeepsLeadingSpace(t *testing.T) {
+	fixtureDir := t.TempDir()
+	if err := fixture.Llama().Write(fixtureDir); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name               string
+		dir                func(t *testing.T) string
+		prompt, wantPrefix string
+	}{
+		{"sentencepiece", func(t *testing.T) string { return testmodels.Path(t, "stories260K-hf") }, "Once upon a", " time, there was"},
+		{"tokenizer.json", func(*testing.T) string { return fixtureDir }, "when the dog", " s"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRunner(t, c.dir(t))
+			var streamed strings.Builder
+			res, err := r.Complete(context.Background(), c.prompt, Options{MaxTokens: 12}, &streamed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids, err := r.tok.Encode(c.prompt, tokenizer.AddBOS(r.tok))
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole := r.tok.Decode(append(slices.Clone(ids), res.Stats.Tokens...))
+			if want := strings.TrimPrefix(whole, r.tok.Decode(ids)); res.Text != want || streamed.String() != want {
+				t.Errorf("text %q, streamed %q; want what follows the prompt in %q", res.Text, streamed.String(), whole)
+			}
+			if !strings.HasPrefix(res.Text, c.wantPrefix) {
+				t.Errorf("text %q does not begin with %q", res.Text, c.wantPrefix)
+			}
+		})
+	}
+}
+
 // TestConversationReusesCache checks that a second turn prefills only the
 // tokens the cache lacks, and replies exactly as a fresh session would.
 func TestConversationReusesCache(t *testing.T) {
 	dir := testmodels.Path(t, "stories260K-hf")
 	m, tok := stories(t, dir)
-	tpl, err := tokenizer.NewChatTemplate("{% for m in messages %}{{ bos_token if loop.first }}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}", "<s>", "</s>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	newConv := func() *Conversation {
-		s, err := m.NewSession(model.SessionOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := NewRunner(s, tok)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := NewConversation(r, tpl, "Tell stories.")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	tpl := testTemplate(t)
+	newConv := func() *Conversation { return newConversation(t, m, tok, "Tell stories.", 0) }
 	ctx := context.Background()
 	opts := Options{MaxTokens: 12}
 	c := newConv()
@@ -216,6 +256,127 @@ func TestConversationReusesCache(t *testing.T) {
 	c.Reset()
 	if got := c.Messages(); len(got) != 1 || got[0].Role != "system" {
 		t.Errorf("after Reset: %+v", got)
+	}
+}
+
+// testTemplate is a plain chat template: "role: content" lines after BOS.
+func testTemplate(t *testing.T) *tokenizer.ChatTemplate {
+	t.Helper()
+	tpl, err := tokenizer.NewChatTemplate("{% for m in messages %}{{ bos_token if loop.first }}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}", "<s>", "</s>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tpl
+}
+
+// newConversation starts a chat with m in a fresh session of ctxLen
+// positions (0: the model's).
+func newConversation(t *testing.T, m *model.Model, tok tokenizer.Tokenizer, system string, ctxLen int) *Conversation {
+	t.Helper()
+	s, err := m.NewSession(model.SessionOptions{Context: ctxLen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRunner(s, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewConversation(r, testTemplate(t), system)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// cancelAfter cancels a context once it has been written n times: a user
+// stopping a reply while it streams.
+type cancelAfter struct {
+	n      int
+	cancel context.CancelFunc
+	text   strings.Builder
+}
+
+func (c *cancelAfter) Write(p []byte) (int, error) {
+	c.text.Write(p)
+	if c.n--; c.n == 0 {
+		c.cancel()
+	}
+	return len(p), nil
+}
+
+// TestConversationTurns checks what each turn leaves in the history: a
+// reply cut short by its context leaves none of the turn (and the next turn
+// still reuses the cache), a conversation beyond the context is a
+// TooLongError, and SetSystem starts over under the new system message.
+func TestConversationTurns(t *testing.T) {
+	dir := t.TempDir()
+	if err := fixture.Llama().Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	m, tok := stories(t, dir)
+	opts := Options{MaxTokens: 40}
+	c := newConversation(t, m, tok, "Be brief.", 256)
+	first, err := c.Send(context.Background(), "when the dog", Options{MaxTokens: 4}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := c.Messages()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := &cancelAfter{n: 3, cancel: cancel}
+	if _, err := c.Send(ctx, "the cat", opts, stopped); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled reply: got %v, want context.Canceled", err)
+	}
+	if got := c.Messages(); !slices.Equal(got, before) || stopped.text.Len() == 0 {
+		t.Errorf("after a cancelled reply (%q streamed) the history is %+v, want %+v", stopped.text.String(), got, before)
+	}
+	again, err := c.Send(context.Background(), "the cat", Options{MaxTokens: 4}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Stats.PromptTokens >= first.Stats.PromptTokens {
+		t.Errorf("the turn after a cancelled reply prefilled %d tokens, the first turn %d: the cache was not reused", again.Stats.PromptTokens, first.Stats.PromptTokens)
+	}
+
+	var tooLong *TooLongError
+	if _, err := c.Send(context.Background(), strings.Repeat("the cat sat on the mat ", 40), opts, nil); !errors.As(err, &tooLong) || !tooLong.Conversation || tooLong.Context != 256 {
+		t.Errorf("conversation beyond the context: got %v", err)
+	}
+	if got := c.Messages(); len(got) != 5 {
+		t.Errorf("a turn beyond the context changed the history: %+v", got)
+	}
+
+	c.SetSystem("Be kind.")
+	if got := c.Messages(); len(got) != 1 || got[0] != (tokenizer.Message{Role: "system", Content: "Be kind."}) {
+		t.Errorf("after SetSystem: %+v", got)
+	}
+	c.SetSystem("")
+	if got := c.Messages(); len(got) != 0 {
+		t.Errorf("after SetSystem(\"\"): %+v", got)
+	}
+}
+
+func TestTrimLeft(t *testing.T) {
+	cases := []struct {
+		writes []string
+		want   string
+	}{
+		{[]string{" Hello", " world"}, "Hello world"},
+		{[]string{"\n", " ", "\u3000Hi", " there "}, "Hi there "},
+		{[]string{"", "  "}, ""},
+		{[]string{"é ", " x"}, "é  x"},
+	}
+	for _, c := range cases {
+		var out strings.Builder
+		w := &trimLeft{w: &out}
+		for _, s := range c.writes {
+			if n, err := w.Write([]byte(s)); n != len(s) || err != nil {
+				t.Fatalf("Write(%q) = %d, %v", s, n, err)
+			}
+		}
+		if out.String() != c.want {
+			t.Errorf("writes %q gave %q, want %q", c.writes, out.String(), c.want)
+		}
 	}
 }
 

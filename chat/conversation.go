@@ -7,6 +7,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"lowbit/tokenizer"
 )
@@ -36,6 +38,13 @@ func NewConversation(r *Runner, tpl *tokenizer.ChatTemplate, system string) (*Co
 	return c, nil
 }
 
+// SetSystem replaces the system message ("": none) and forgets the
+// history, which was written under the old one.
+func (c *Conversation) SetSystem(system string) {
+	c.system = system
+	c.Reset()
+}
+
 // Reset forgets the history (the system message stays).
 func (c *Conversation) Reset() {
 	c.msgs = nil
@@ -48,8 +57,11 @@ func (c *Conversation) Reset() {
 func (c *Conversation) Messages() []tokenizer.Message { return slices.Clone(c.msgs) }
 
 // Send adds the user's message, generates the assistant's reply (written to
-// w as it comes) and adds it to the history. On error the history is as
-// before the call.
+// w as it comes, without the white space a reply may begin with) and adds it
+// to the history. On error, a cancelled ctx included, the history is as
+// before the call: a reply cut short is not kept (as Ollama drops it), and
+// neither is the message it answered, so that the roles still alternate as
+// many templates demand.
 func (c *Conversation) Send(ctx context.Context, user string, opts Options, w io.Writer) (Result, error) {
 	msgs := append(slices.Clone(c.msgs), tokenizer.Message{Role: "user", Content: user})
 	prompt, err := c.tpl.Render(msgs, true)
@@ -61,14 +73,50 @@ func (c *Conversation) Send(ctx context.Context, user string, opts Options, w io
 		return Result{}, err
 	}
 	if len(ids) > c.r.s.Context() {
-		return Result{}, fmt.Errorf("chat: the conversation is %d tokens but the context holds %d: /reset it or raise --ctx", len(ids), c.r.s.Context())
+		return Result{}, &TooLongError{Tokens: len(ids), Context: c.r.s.Context(), Conversation: true}
 	}
-	res, err := c.r.Generate(ctx, ids, opts, w)
+	var out io.Writer
+	if w != nil {
+		out = &trimLeft{w: w}
+	}
+	res, err := c.r.Generate(ctx, ids, opts, out)
 	if err != nil {
 		return Result{}, err
 	}
+	res.Text = strings.TrimLeftFunc(res.Text, unicode.IsSpace)
 	c.msgs = append(msgs, tokenizer.Message{Role: "assistant", Content: strings.TrimSpace(res.Text)})
 	return res, nil
+}
+
+// trimLeft writes what it is given without the white space it begins with:
+// a reply often starts with the space or newline that follows the
+// template's assistant header, which the history does not keep either.
+// Writes are whole UTF-8 characters (the stream never splits one).
+type trimLeft struct {
+	w       io.Writer
+	started bool
+}
+
+func (t *trimLeft) Write(p []byte) (int, error) {
+	if t.started {
+		return t.w.Write(p)
+	}
+	rest := p
+	for len(rest) > 0 {
+		r, n := utf8.DecodeRune(rest)
+		if !unicode.IsSpace(r) {
+			t.started = true
+			break
+		}
+		rest = rest[n:]
+	}
+	if len(rest) == 0 {
+		return len(p), nil
+	}
+	if _, err := t.w.Write(rest); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // encodeRendered tokenizes a rendered chat prompt as transformers does

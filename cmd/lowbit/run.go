@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +31,7 @@ type runFlags struct {
 	seed        int64
 	stops       []string
 	system      string
+	file        string
 	ctxLen      int
 	device      string
 	stats       bool
@@ -44,19 +44,45 @@ type runFlags struct {
 func newRunCmd() *cobra.Command {
 	var f runFlags
 	cmd := &cobra.Command{
-		Use:   "run <model> [prompt]",
+		Use:   "run <model> [prompt...]",
 		Short: "Generate text with a model: complete a prompt, or chat",
 		Long: `run loads a model (a lowbit directory, an HF directory in F32/F16/BF16, or an alias
 or repo id fetched through the HF cache) and generates text on the GPU when one is
-found, else on the CPU. With a prompt it streams the completion; without one it
-starts a chat in the model's chat template, reading one message per line of stdin
-(/reset forgets the history, /exit ends).`,
-		Example: `  lowbit run ./tinyllama-q4 "Once upon a time"
+found, else on the CPU.
+
+With a prompt (the words after the model, joined by spaces, or -f FILE) it completes
+the prompt as plain text. On a terminal the prompt is printed before the streamed
+completion, as llama.cpp's llama-cli does; when stdout is not a terminal only the
+completion is printed (then a newline), so that the prompt followed by the output is
+the text as the model continued it. --json prints one object with the prompt and the
+completion apart.
+
+Without a prompt it chats in the model's chat template. On a terminal, lines are
+edited with Left/Right, Home/End and Ctrl-A/E/U/W, and Up/Down recall earlier ones;
+a line ending in \ goes on on the next, and """ opens and closes a block of lines;
+/help lists the commands (/reset, /system, /exit). Ctrl-C stops a reply (which is not
+kept, as in Ollama, nor is the message it answered) or clears the line; Ctrl-D, /exit
+(/bye) or Ctrl-C twice on an empty line ends the chat. Piped stdin is read whole as one message, or, for a model
+without a chat template, as the prompt to complete.`,
+		Example: `  lowbit run ./tinyllama-q4 Once upon a time
+  lowbit run ./tinyllama-q4 -f story.txt -n 256 --temp 0.7 --top-p 0.9 --seed 1 --stats
   lowbit run ./tinyllama-q4
-  lowbit run ./tinyllama-q4 -n 256 --temp 0.7 --top-p 0.9 --seed 1 --stats`,
-		Args: cobra.RangeArgs(1, 2),
+  echo "Write a haiku about the sea." | lowbit run ./tinyllama-q4 --system "You are a poet."`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runModel(cmd, args, f)
+			// Mistakes in the flags or the prompt are reported before a
+			// model is fetched or loaded.
+			if _, _, err := generationOptions(f); err != nil {
+				return err
+			}
+			in, err := readInput(cmd, args[1:], f.file)
+			if err != nil {
+				return err
+			}
+			if in.complete && f.system != "" {
+				return errors.New("--system applies to a chat, and a prompt is completed as plain text: leave the prompt out to chat, or write the instructions into the prompt")
+			}
+			return runModel(cmd, args, f, in)
 		},
 	}
 	fl := cmd.Flags()
@@ -66,21 +92,89 @@ starts a chat in the model's chat template, reading one message per line of stdi
 	fl.Float32Var(&f.topP, "top-p", 0.95, "keep the most likely tokens up to this probability (1: all)")
 	fl.Float32Var(&f.minP, "min-p", 0.05, "drop tokens less likely than this times the most likely (0: none)")
 	fl.Float32Var(&f.repeat, "repeat-penalty", 1.0, "penalty for tokens seen in the last --repeat-last-n (1: none)")
-	fl.IntVar(&f.repeatLastN, "repeat-last-n", 64, "history window of the repeat penalty (-1: all)")
+	fl.IntVar(&f.repeatLastN, "repeat-last-n", 64, "history window of the repeat penalty (0: none, -1: all)")
 	fl.Int64Var(&f.seed, "seed", -1, "sampling seed (-1: random, printed with --stats)")
 	fl.StringArrayVar(&f.stops, "stop", nil, `stop at this string (repeatable; \n and \t are understood)`)
-	fl.StringVar(&f.system, "system", "", "system message of a chat")
+	fl.StringVar(&f.system, "system", "", "system message of a chat (refused with a prompt to complete)")
+	fl.StringVarP(&f.file, "file", "f", "", "read the prompt from this file (-: stdin); one final newline is dropped")
 	fl.IntVar(&f.ctxLen, "ctx", 0, "context length in tokens (default: the model's, at most 4096)")
 	fl.StringVar(&f.device, "device", "auto", "where to run: cuda, cpu or auto")
 	fl.BoolVar(&f.stats, "stats", false, "print timings and memory to stderr, as llama.cpp does")
-	fl.BoolVar(&f.asJSON, "json", false, "print one JSON object with the text and the statistics")
+	fl.BoolVar(&f.asJSON, "json", false, "print one JSON object with the prompt, the text and the statistics")
 	fl.BoolVar(&f.offline, "offline", false, "use the HF cache only (also HF_HUB_OFFLINE=1)")
 	fl.StringVar(&f.revision, "revision", "", "Hub revision of a repo id (default main)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress bars")
 	return cmd
 }
 
-func runModel(cmd *cobra.Command, args []string, f runFlags) error {
+// maxPromptBytes bounds a prompt read from a file or stdin: far more than
+// any context holds, and not an unbounded allocation.
+const maxPromptBytes = 16 << 20
+
+// runInput is what run was asked for: a prompt to complete, a chat on a
+// terminal, or piped stdin.
+type runInput struct {
+	// prompt is the prompt to complete, or the piped stdin.
+	prompt string
+	// complete: the prompt was given (words or --file): complete it.
+	complete bool
+	// terminal is stdin when no prompt was given and it is a terminal: a chat.
+	terminal *os.File
+}
+
+// readInput finds the prompt: the words after the model, the file, or else
+// stdin, which is read whole unless it is a terminal.
+func readInput(cmd *cobra.Command, words []string, file string) (runInput, error) {
+	stdin := cmd.InOrStdin()
+	switch {
+	case file != "" && len(words) > 0:
+		return runInput{}, fmt.Errorf("a prompt in words and --file %s: give one of them", file)
+	case len(words) > 0:
+		return runInput{prompt: strings.Join(words, " "), complete: true}, nil
+	case file == "-":
+		text, err := readAtMost(stdin, "stdin")
+		return runInput{prompt: trimFinalNewline(text), complete: true}, err
+	case file != "":
+		fh, err := os.Open(file)
+		if err != nil {
+			return runInput{}, fmt.Errorf("--file: %w", err)
+		}
+		defer fh.Close()
+		text, err := readAtMost(fh, file)
+		return runInput{prompt: trimFinalNewline(text), complete: true}, err
+	}
+	if isTerminal(stdin) {
+		return runInput{terminal: stdin.(*os.File)}, nil
+	}
+	text, err := readAtMost(stdin, "stdin")
+	if err == nil && strings.TrimSpace(text) == "" {
+		err = errors.New("stdin is empty: give a prompt after the model, or run in a terminal to chat")
+	}
+	return runInput{prompt: text}, err
+}
+
+// readAtMost reads r whole, refusing more than maxPromptBytes.
+func readAtMost(r io.Reader, name string) (string, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxPromptBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", name, err)
+	}
+	if len(b) > maxPromptBytes {
+		return "", fmt.Errorf("%s is larger than %d MiB: a prompt must fit the context", name, maxPromptBytes>>20)
+	}
+	return string(b), nil
+}
+
+// trimFinalNewline drops the newline a text file ends with, as llama.cpp
+// does with -f: it ends the file, not the prompt.
+func trimFinalNewline(s string) string {
+	if t, ok := strings.CutSuffix(s, "\r\n"); ok {
+		return t
+	}
+	return strings.TrimSuffix(s, "\n")
+}
+
+func runModel(cmd *cobra.Command, args []string, f runFlags, in runInput) error {
 	ctx := cmd.Context()
 	dir, err := resolveModelDir(ctx, args[0], f.revision, f.offline, progressWriter(f.quiet || f.asJSON))
 	if err != nil {
@@ -93,6 +187,9 @@ func runModel(cmd *cobra.Command, args []string, f runFlags) error {
 	m, err := model.Load(ctx, dir, model.LoadOptions{})
 	if err != nil {
 		return err
+	}
+	if f.ctxLen > m.Config.MaxPositions {
+		return fmt.Errorf("--ctx %d: the model reads at most %d positions (its max_position_embeddings)", f.ctxLen, m.Config.MaxPositions)
 	}
 	devices, err := newBackends(f.device, cmd.ErrOrStderr(), f.quiet || f.asJSON)
 	if err != nil {
@@ -119,103 +216,141 @@ func runModel(cmd *cobra.Command, args []string, f runFlags) error {
 	if backend != nil {
 		device = backend.Name()
 	}
-	report := func(res chat.Result, prompt string) error {
+	stdout := cmd.OutOrStdout()
+	g := &generation{r: r, opts: opts, out: &lineWriter{w: stdout}, outTerminal: isTerminal(stdout), errw: cmd.ErrOrStderr(), maxPositions: m.Config.MaxPositions}
+	if !f.asJSON {
+		g.stream = g.out
+	}
+	g.report = func(res chat.Result, prompt string) error {
 		st := runStats(m, s, res, device, seed)
 		if f.asJSON {
-			return printJSON(cmd.OutOrStdout(), runJSON{Model: dir, Prompt: prompt, Text: res.Text, Stop: res.Stop, Stats: st})
+			return printJSON(g.out, runJSON{Model: dir, Prompt: prompt, Text: res.Text, Stop: res.Stop, Stats: st})
 		}
 		if f.stats {
-			printRunStats(cmd.ErrOrStderr(), st)
+			printRunStats(g.errw, st)
 		}
 		return nil
 	}
-	out := cmd.OutOrStdout()
-	stream := out
-	if f.asJSON {
-		stream = nil
+	if in.complete {
+		return g.complete(ctx, in.prompt)
 	}
-	if len(args) == 2 {
-		res, err := r.Complete(ctx, args[1], opts, stream)
-		if err != nil {
-			return err
-		}
-		if stream != nil {
-			fmt.Fprintln(out)
-		}
-		if res.Stop == chat.StopContext {
-			fmt.Fprintf(cmd.ErrOrStderr(), "lowbit: stopped at the end of the context (%d tokens); raise --ctx for more\n", s.Context())
-		}
-		return report(res, args[1])
-	}
-	return chatLoop(ctx, cmd, dir, r, opts, f, report)
-}
-
-// chatLoop reads messages from stdin until EOF or /exit.
-func chatLoop(ctx context.Context, cmd *cobra.Command, dir string, r *chat.Runner, opts chat.Options, f runFlags, report func(chat.Result, string) error) error {
 	tpl, err := tokenizer.LoadChatTemplate(dir)
 	if err != nil {
 		return err
 	}
-	errw := cmd.ErrOrStderr()
 	conv, err := chat.NewConversation(r, tpl, f.system)
 	if errors.Is(err, chat.ErrNoTemplate) {
-		fmt.Fprintln(errw, "lowbit: the model has no chat template; each line is completed as plain text")
+		if f.system != "" {
+			return errors.New("--system: the model has no chat template, so there is no chat to give it to; its input is completed as plain text")
+		}
+		if in.terminal == nil {
+			fmt.Fprintln(g.errw, "lowbit: the model has no chat template; stdin is completed as plain text")
+			return g.complete(ctx, trimFinalNewline(in.prompt))
+		}
+		fmt.Fprintln(g.errw, "lowbit: the model has no chat template; each message is completed as plain text")
 	} else if err != nil {
 		return err
 	}
-	in := cmd.InOrStdin()
-	interactive := false
-	if file, ok := in.(*os.File); ok && term.IsTerminal(int(file.Fd())) {
-		interactive = true
-		fmt.Fprintln(errw, "lowbit: chat started; /reset forgets the history, /exit or Ctrl-D ends")
-	}
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	out := cmd.OutOrStdout()
-	stream := out
-	if f.asJSON {
-		stream = nil
-	}
-	for {
-		if interactive {
-			fmt.Fprint(errw, "> ")
-		}
-		if !sc.Scan() {
-			break
-		}
-		line := strings.TrimSpace(sc.Text())
-		switch line {
-		case "":
-			continue
-		case "/exit", "/bye", "/quit":
-			return nil
-		case "/reset", "/clear":
-			if conv != nil {
-				conv.Reset()
-			}
-			fmt.Fprintln(errw, "lowbit: history cleared")
-			continue
-		}
-		var res chat.Result
-		if conv != nil {
-			res, err = conv.Send(ctx, line, opts, stream)
-		} else {
-			res, err = r.Complete(ctx, line, opts, stream)
-		}
+	if in.terminal == nil {
+		msg := strings.TrimSpace(in.prompt)
+		res, err := g.reply(ctx, conv, msg)
 		if err != nil {
-			return err
+			return g.explain(ctx, err, false)
 		}
-		if stream != nil {
-			fmt.Fprintln(out)
-		}
-		if res.Stop == chat.StopContext {
-			fmt.Fprintln(errw, "lowbit: the reply reached the end of the context; /reset to continue")
-		}
-		if err := report(res, line); err != nil {
-			return err
-		}
+		return g.finish(res, msg)
 	}
-	return sc.Err()
+	return g.chatTerminal(ctx, in.terminal, conv)
+}
+
+// generation is what run's modes share: the runner, the options, and where
+// text and messages go.
+type generation struct {
+	r            *chat.Runner
+	opts         chat.Options
+	out          *lineWriter // stdout
+	outTerminal  bool
+	errw         io.Writer
+	stream       io.Writer // the text as it is generated: out, or nil with --json
+	report       func(res chat.Result, prompt string) error
+	maxPositions int
+}
+
+// lineWriter writes to w and remembers whether the last line is
+// unfinished, so that a message after a text cut short starts on a line of
+// its own.
+type lineWriter struct {
+	w       io.Writer
+	midLine bool
+}
+
+func (l *lineWriter) Write(p []byte) (int, error) {
+	if len(p) > 0 {
+		l.midLine = p[len(p)-1] != '\n'
+	}
+	return l.w.Write(p)
+}
+
+// endLine ends an unfinished line.
+func (l *lineWriter) endLine() {
+	if l.midLine {
+		fmt.Fprintln(l)
+	}
+}
+
+// complete streams the completion of prompt, after the prompt itself when
+// stdout is a terminal (so the reader sees the whole text).
+func (g *generation) complete(ctx context.Context, prompt string) error {
+	if g.stream != nil && g.outTerminal {
+		fmt.Fprint(g.out, prompt)
+	}
+	res, err := g.r.Complete(ctx, prompt, g.opts, g.stream)
+	if err != nil {
+		return g.explain(ctx, err, false)
+	}
+	return g.finish(res, prompt)
+}
+
+// reply answers one chat message, or completes it when the model has no
+// chat template (conv nil).
+func (g *generation) reply(ctx context.Context, conv *chat.Conversation, msg string) (chat.Result, error) {
+	if conv == nil {
+		return g.r.Complete(ctx, msg, g.opts, g.stream)
+	}
+	return conv.Send(ctx, msg, g.opts, g.stream)
+}
+
+// finish ends a generation's line of text, says why it stopped where that
+// needs saying, and reports the statistics.
+func (g *generation) finish(res chat.Result, prompt string) error {
+	if g.stream != nil {
+		fmt.Fprintln(g.out)
+	}
+	if res.Stop == chat.StopContext {
+		fmt.Fprintf(g.errw, "lowbit: stopped at the end of the context (%d tokens); raise --ctx for more\n", g.r.Session().Context())
+	}
+	return g.report(res, prompt)
+}
+
+// explain turns a generation's error into what the user can do about it
+// (on a terminal, a chat can also start over).
+func (g *generation) explain(ctx context.Context, err error, interactive bool) error {
+	g.out.endLine()
+	var tooLong *chat.TooLongError
+	switch {
+	case errors.As(err, &tooLong) && interactive:
+		return fmt.Errorf("%w: /reset to start over, or raise --ctx (the model reads up to %d)", err, g.maxPositions)
+	case errors.As(err, &tooLong):
+		return fmt.Errorf("%w: raise --ctx (the model reads up to %d) or shorten the prompt", err, g.maxPositions)
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
+	}
+	return err
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // resolveModelDir is a local directory as given, or a registry alias or repo
@@ -245,13 +380,31 @@ func resolveModelDir(ctx context.Context, name, revision string, offline bool, p
 	return snap.Dir, nil
 }
 
-// generationOptions turns the flags into chat options and the seed used.
+// generationOptions turns the flags into chat options and the seed used;
+// a value out of range is refused by its flag's name.
 func generationOptions(f runFlags) (chat.Options, uint64, error) {
-	if f.maxTokens < 0 {
-		return chat.Options{}, 0, fmt.Errorf("-n %d: want 0 or more", f.maxTokens)
+	bad := func(flag string, v any, want string) (chat.Options, uint64, error) {
+		return chat.Options{}, 0, fmt.Errorf("%s %v: want %s", flag, v, want)
 	}
-	if f.ctxLen < 0 {
-		return chat.Options{}, 0, fmt.Errorf("--ctx %d: want 0 (the model's) or more", f.ctxLen)
+	switch {
+	case f.maxTokens < 0:
+		return bad("-n", f.maxTokens, "0 (until the context is full) or more")
+	case f.ctxLen < 0:
+		return bad("--ctx", f.ctxLen, "0 (the model's) or more")
+	case !(f.temp >= 0):
+		return bad("--temp", f.temp, "0 (greedy) or more")
+	case f.topK < 0:
+		return bad("--top-k", f.topK, "0 (all) or more")
+	case !(f.topP >= 0 && f.topP <= 1):
+		return bad("--top-p", f.topP, "0 to 1")
+	case !(f.minP >= 0 && f.minP <= 1):
+		return bad("--min-p", f.minP, "0 to 1")
+	case !(f.repeat > 0):
+		return bad("--repeat-penalty", f.repeat, "more than 0 (1: none)")
+	case f.repeatLastN < -1:
+		return bad("--repeat-last-n", f.repeatLastN, "-1 (all), 0 (none) or more")
+	case f.seed < -1:
+		return bad("--seed", f.seed, "-1 (random), or 0 or more")
 	}
 	seed := uint64(f.seed)
 	if f.seed < 0 {
@@ -261,12 +414,16 @@ func generationOptions(f runFlags) (chat.Options, uint64, error) {
 	for i, s := range f.stops {
 		stops[i] = unescape(s)
 	}
+	penalty := f.repeat
+	if f.repeatLastN == 0 { // the sampler reads a window of 0 as its default
+		penalty = 1
+	}
 	return chat.Options{
 		MaxTokens: f.maxTokens,
 		Stop:      stops,
 		Sampler: model.SamplerOptions{
 			Temperature: f.temp, TopK: f.topK, TopP: f.topP, MinP: f.minP,
-			RepeatPenalty: f.repeat, RepeatLastN: f.repeatLastN, Seed: seed,
+			RepeatPenalty: penalty, RepeatLastN: f.repeatLastN, Seed: seed,
 		},
 	}, seed, nil
 }

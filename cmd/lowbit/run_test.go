@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,6 +105,52 @@ func TestRunCompletion(t *testing.T) {
 	}
 }
 
+// TestRunPromptSources checks each way of giving the prompt, and that the
+// completion keeps its first token's leading space: on a pipe the output is
+// the completion alone (then a newline), so prompt + output reads as the
+// model wrote it; --json holds the prompt and the completion apart.
+func TestRunPromptSources(t *testing.T) {
+	dir := testmodels.Path(t, "stories260K-hf")
+	file := filepath.Join(t.TempDir(), "prompt.txt")
+	if err := os.WriteFile(file, []byte("Once upon a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const prompt, continuation = "Once upon a", " time, there was a little"
+	cases := []struct {
+		name, stdin string
+		args        []string
+	}{
+		{"words joined", "", []string{dir, "Once", "upon", "a"}},
+		{"one quoted argument", "", []string{dir, "Once upon a"}},
+		{"--file, its final newline dropped", "", []string{dir, "--file", file}},
+		{"-f - reads stdin", "Once upon a\n", []string{dir, "-f", "-"}},
+		{"piped stdin, no chat template", "Once upon a\n", []string{dir}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"run", "--device", "cpu", "--temp", "0", "-n", "8"}, c.args...)
+			out, _, err := runIn(t, c.stdin, append(args, "--json")...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var res runJSON
+			if err := json.Unmarshal([]byte(out), &res); err != nil {
+				t.Fatalf("--json output %q: %v", out, err)
+			}
+			if res.Prompt != prompt || !strings.HasPrefix(res.Text, continuation) {
+				t.Errorf("prompt %q, text %q; want %q and a text beginning %q", res.Prompt, res.Text, prompt, continuation)
+			}
+			out, _, err = runIn(t, c.stdin, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out != res.Text+"\n" {
+				t.Errorf("stdout (a pipe) is %q, want the completion alone, %q, and a newline", out, res.Text)
+			}
+		})
+	}
+}
+
 func TestRunStreamsAndSeeds(t *testing.T) {
 	dir := testmodels.Path(t, "stories260K-hf")
 	args := []string{"run", dir, "Once upon a time", "--device", "cpu", "--temp", "0.9", "--top-p", "0.9", "--seed", "7", "-n", "24", "--stats"}
@@ -132,53 +179,38 @@ func TestRunStreamsAndSeeds(t *testing.T) {
 	}
 }
 
-func TestRunChat(t *testing.T) {
-	dir := storiesCopy(t)
-	cfg := `{"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": true,
-	  "chat_template": "{% for m in messages %}{{ bos_token if loop.first }}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"}`
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(cfg), 0o644); err != nil {
+// chatTemplate is a plain chat template for models that have none.
+const chatTemplate = `{"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": true,
+  "chat_template": "{% for m in messages %}{{ bos_token if loop.first }}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"}`
+
+// withChatTemplate gives the model directory dir a chat template.
+func withChatTemplate(t *testing.T, dir string) string {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(chatTemplate), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, _, err := runIn(t, "Once upon a time\n\nThe dog ran\n/reset\nThe cat sat\n/exit\nnever read\n",
-		"run", dir, "--device", "cpu", "--temp", "0", "-n", "8", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := json.NewDecoder(strings.NewReader(out))
-	var turns []runJSON
-	for dec.More() {
-		var r runJSON
-		if err := dec.Decode(&r); err != nil {
-			t.Fatal(err)
-		}
-		turns = append(turns, r)
-	}
-	if len(turns) != 3 || turns[0].Prompt != "Once upon a time" || turns[2].Prompt != "The cat sat" {
-		t.Fatalf("turns %+v", turns)
-	}
-	// The second turn carries the first in its history, yet prefills only its new part;
-	// after /reset the third starts over.
-	if turns[1].Stats.PromptTokens >= turns[0].Stats.PromptTokens+8+10 {
-		t.Errorf("second turn prefilled %d tokens: history not reused", turns[1].Stats.PromptTokens)
-	}
-	if turns[2].Stats.PromptTokens < 8 {
-		t.Errorf("turn after /reset prefilled %d tokens", turns[2].Stats.PromptTokens)
-	}
-	for _, tr := range turns {
-		if tr.Text == "" || tr.Stats.GenTokens == 0 {
-			t.Errorf("empty reply %+v", tr)
-		}
-	}
+	return dir
 }
 
-func TestRunChatWithoutTemplate(t *testing.T) {
-	dir := testmodels.Path(t, "stories260K-hf")
-	out, errOut, err := runIn(t, "Once upon a time\n", "run", dir, "--device", "cpu", "--temp", "0", "-n", "8")
+// TestRunPipedChat checks that piped stdin is one message, whole: its
+// lines, and a line that looks like a command, are the message.
+func TestRunPipedChat(t *testing.T) {
+	dir := withChatTemplate(t, storiesCopy(t))
+	const stdin = "Tell me a story.\n/reset\nAbout a dog.\n\n"
+	out, _, err := runIn(t, stdin, "run", dir, "--device", "cpu", "--temp", "0", "-n", "8", "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(errOut, "no chat template") || len(strings.TrimSpace(out)) == 0 {
-		t.Errorf("stdout %q stderr %q", out, errOut)
+	var res runJSON
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("want one JSON object, got %q: %v", out, err)
+	}
+	if res.Prompt != strings.TrimSpace(stdin) || res.Text == "" || res.Stats.GenTokens != 8 {
+		t.Errorf("turn %+v", res)
+	}
+	// The reply is kept as the history keeps it: no leading space.
+	if strings.TrimLeft(res.Text, " \n") != res.Text {
+		t.Errorf("reply %q begins with white space", res.Text)
 	}
 }
 
@@ -192,27 +224,82 @@ func TestRunBadInput(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(badTemplate, "tokenizer_config.json"), []byte(`{"chat_template": "{% for m in messages %}{{ m.content "}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	withTemplate := withChatTemplate(t, storiesCopy(t))
+	bigFile := filepath.Join(t.TempDir(), "big.txt")
+	if err := os.WriteFile(bigFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(bigFile, maxPromptBytes+1); err != nil {
+		t.Fatal(err)
+	}
 	dir := testmodels.Path(t, "stories260K-hf")
+	// Flags are checked before the model is looked for: this one does not exist.
+	missing := filepath.Join(t.TempDir(), "nope")
+	long := strings.Repeat("Once upon a time ", 40)
 	cases := []struct {
 		name  string
 		stdin string
 		args  []string
-		want  string
+		want  string // the whole message, or (part) a part of it
+		part  bool
 	}{
-		{"missing model", "", []string{"run", filepath.Join(t.TempDir(), "nope"), "hi"}, "no such directory"},
-		{"missing tokenizer", "", []string{"run", noTok, "hi"}, "tokenizer"},
-		{"corrupt manifest", "", []string{"run", badManifest, "hi"}, "manifest"},
-		{"prompt beyond the context", "", []string{"run", dir, strings.Repeat("Once upon a time ", 40), "--ctx", "32"}, "context holds 32"},
-		{"bad template", "hi\n", []string{"run", badTemplate}, "chat template"},
-		{"bad device", "", []string{"run", dir, "hi", "--device", "tpu"}, "--device"},
-		{"negative -n", "", []string{"run", dir, "hi", "-n", "-1"}, "-n -1"},
+		{"missing model", "", []string{"run", missing, "hi"}, "no such directory", true},
+		{"missing tokenizer", "", []string{"run", noTok, "hi"}, "tokenizer", true},
+		{"corrupt manifest", "", []string{"run", badManifest, "hi"}, "manifest", true},
+		{"prompt beyond the context", "", []string{"run", dir, long, "--ctx", "32"}, "the prompt is 161 tokens but the context holds 32: raise --ctx (the model reads up to 512) or shorten the prompt", false},
+		{"piped message beyond the context", long, []string{"run", withTemplate, "--ctx", "32"}, "the conversation is 174 tokens but the context holds 32: raise --ctx (the model reads up to 512) or shorten the prompt", false},
+		{"bad template", "hi\n", []string{"run", badTemplate}, "chat template", true},
+		{"bad device", "", []string{"run", dir, "hi", "--device", "tpu"}, `--device "tpu": want cpu, cuda or auto`, false},
+		{"negative -n", "", []string{"run", missing, "hi", "-n", "-1"}, "-n -1: want 0 (until the context is full) or more", false},
+		{"negative --temp", "", []string{"run", missing, "hi", "--temp", "-1"}, "--temp -1: want 0 (greedy) or more", false},
+		{"NaN --temp", "", []string{"run", missing, "hi", "--temp", "NaN"}, "--temp NaN: want 0 (greedy) or more", false},
+		{"negative --top-k", "", []string{"run", missing, "hi", "--top-k", "-1"}, "--top-k -1: want 0 (all) or more", false},
+		{"--top-p above 1", "", []string{"run", missing, "hi", "--top-p", "1.5"}, "--top-p 1.5: want 0 to 1", false},
+		{"negative --min-p", "", []string{"run", missing, "hi", "--min-p", "-0.1"}, "--min-p -0.1: want 0 to 1", false},
+		{"zero --repeat-penalty", "", []string{"run", missing, "hi", "--repeat-penalty", "0"}, "--repeat-penalty 0: want more than 0 (1: none)", false},
+		{"--repeat-last-n below -1", "", []string{"run", missing, "hi", "--repeat-last-n", "-2"}, "--repeat-last-n -2: want -1 (all), 0 (none) or more", false},
+		{"--seed below -1", "", []string{"run", missing, "hi", "--seed", "-2"}, "--seed -2: want -1 (random), or 0 or more", false},
+		{"negative --ctx", "", []string{"run", missing, "hi", "--ctx", "-1"}, "--ctx -1: want 0 (the model's) or more", false},
+		{"--ctx beyond the model", "", []string{"run", dir, "hi", "--ctx", "9999"}, "--ctx 9999: the model reads at most 512 positions (its max_position_embeddings)", false},
+		{"--system with a prompt", "", []string{"run", missing, "hi", "--system", "Be brief."}, "--system applies to a chat, and a prompt is completed as plain text: leave the prompt out to chat, or write the instructions into the prompt", false},
+		{"--system without a chat template", "hi\n", []string{"run", dir, "--system", "Be brief."}, "--system: the model has no chat template, so there is no chat to give it to; its input is completed as plain text", false},
+		{"missing --file", "", []string{"run", missing, "-f", missing + ".txt"}, "--file: open " + missing + ".txt: no such file or directory", false},
+		{"--file and words", "", []string{"run", missing, "hi", "-f", bigFile}, "a prompt in words and --file " + bigFile + ": give one of them", false},
+		{"--file too large", "", []string{"run", missing, "-f", bigFile}, bigFile + " is larger than 16 MiB: a prompt must fit the context", false},
+		{"empty stdin", " \n", []string{"run", missing}, "stdin is empty: give a prompt after the model, or run in a terminal to chat", false},
+		{"no model", "", []string{"run"}, "requires at least 1 arg(s)", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, _, err := runIn(t, c.stdin, append(c.args, "--offline")...)
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("got %v, want an error mentioning %q", err, c.want)
+			if err == nil || (c.part && !strings.Contains(err.Error(), c.want)) || (!c.part && err.Error() != c.want) {
+				t.Errorf("got %v, want an error with %q", err, c.want)
 			}
 		})
 	}
+}
+
+// TestRunStdinLimit checks that piped stdin is read up to a bound, not
+// without end.
+func TestRunStdinLimit(t *testing.T) {
+	endless := io.LimitReader(zeros{}, maxPromptBytes+2)
+	cmd := newRootCmd()
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	cmd.SetIn(endless)
+	cmd.SetArgs([]string{"run", filepath.Join(t.TempDir(), "nope")})
+	want := "stdin is larger than 16 MiB: a prompt must fit the context"
+	if err := cmd.ExecuteContext(context.Background()); err == nil || err.Error() != want {
+		t.Errorf("got %v, want %q", err, want)
+	}
+}
+
+// zeros reads as endless 'a's.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'a'
+	}
+	return len(p), nil
 }
