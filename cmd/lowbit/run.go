@@ -17,6 +17,7 @@ import (
 	"lowbit/chat"
 	"lowbit/convert"
 	"lowbit/model"
+	"lowbit/store"
 	"lowbit/tokenizer"
 )
 
@@ -214,8 +215,10 @@ func chatLoop(ctx context.Context, cmd *cobra.Command, dir string, r *chat.Runne
 	return sc.Err()
 }
 
-// resolveModelDir is a local directory as given, or a registry alias or repo
-// id fetched through the HF cache.
+// resolveModelDir finds a model argument's directory, trying in turn (as
+// modelArgHelp tells users): an existing path, a converted model in the store
+// by name, a built-in alias (the demo is embedded; the others come through
+// the HF cache), a Hub repo id. Its error says what was tried.
 func resolveModelDir(ctx context.Context, name, revision string, offline bool, progress io.Writer) (string, error) {
 	if st, err := os.Stat(name); err == nil {
 		if !st.IsDir() {
@@ -223,12 +226,26 @@ func resolveModelDir(ctx context.Context, name, revision string, offline bool, p
 		}
 		return name, nil
 	}
-	repo := name
-	if e, ok := convert.Lookup(name); ok {
-		repo = e.Repo
+	models, storeErr := store.FromEnv()
+	if dir, ok, err := models.Find(name); err != nil {
+		return "", err
+	} else if ok {
+		return dir, nil
 	}
-	if strings.Count(repo, "/") != 1 || strings.HasPrefix(repo, ".") || strings.HasPrefix(repo, "/") {
-		return "", fmt.Errorf("%s: no such directory, and not a known alias (lowbit convert --list-models) or org/repo id", name)
+	inStore := "none by that name in " + models.ModelsDir()
+	if storeErr != nil {
+		inStore = storeErr.Error()
+	}
+	e, known := convert.Lookup(name)
+	if known && e.Embedded {
+		return models.Demo()
+	}
+	repo := name
+	if known {
+		repo = e.Repo
+	} else if strings.Count(repo, "/") != 1 || strings.HasPrefix(repo, ".") || strings.HasPrefix(repo, "/") {
+		return "", fmt.Errorf("%s: no model found: tried a path (no such directory), the store (%s), a built-in alias (none of %s) and a Hub repo id (not org/name)",
+			name, inStore, strings.Join(convert.Aliases(), ", "))
 	}
 	fetcher, err := newFetcher(offline, 0, progress)
 	if err != nil {
@@ -236,7 +253,7 @@ func resolveModelDir(ctx context.Context, name, revision string, offline bool, p
 	}
 	snap, err := fetcher.Fetch(ctx, repo, revision)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%s: tried a path (no such directory), the store (%s), then the Hub repo %s: %w", name, inStore, repo, err)
 	}
 	return snap.Dir, nil
 }
