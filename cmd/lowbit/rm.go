@@ -14,7 +14,7 @@ import (
 func newRmCmd() *cobra.Command {
 	var cached bool
 	cmd := &cobra.Command{
-		Use:   "rm <model>... | rm --cached <repo>...",
+		Use:   "rm [--cached] <model | repo>...",
 		Short: "Remove converted models from the store, or source repos from the HF cache",
 		Long: `rm removes converted models from the store by name (lowbit list shows them): only
 directories of $LOWBIT_HOME/models holding a valid lowbit manifest.json; anything else

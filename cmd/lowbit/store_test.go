@@ -122,6 +122,9 @@ func TestDemoOffline(t *testing.T) {
 	if _, _, err := runIn(t, "", "convert", "demo", "--bits", "4"); err == nil || !strings.Contains(err.Error(), "already exists") {
 		t.Errorf("a second convert: %v, want already exists", err)
 	}
+	if _, _, err := runIn(t, "", "download", "demo"); err == nil || !strings.Contains(err.Error(), "demo is built into lowbit") {
+		t.Errorf("download demo: %v", err)
+	}
 }
 
 // TestConvertDefaultOut converts each kind of source without --out: the
