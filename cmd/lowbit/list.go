@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 
@@ -92,12 +93,7 @@ func printList(cmd *cobra.Command, res listJSON) error {
 	out := cmd.OutOrStdout()
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	var notes []string
-	fmt.Fprintf(tw, "converted models in %s\n", res.Store)
-	if len(res.Models) == 0 {
-		fmt.Fprintln(tw, "  none yet: lowbit convert demo --bits 4 makes one")
-	} else {
-		fmt.Fprintln(tw, "NAME\tFORMAT\tBITS/W\tSIZE\tVALIDATION\tSOURCE")
-	}
+	tableHead(tw, "converted models in "+res.Store, len(res.Models), "none yet: lowbit convert demo --bits 4 makes one", "NAME\tFORMAT\tBITS/W\tSIZE\tVALIDATION\tSOURCE")
 	for _, m := range res.Models {
 		if m.Problem != "" {
 			notes = append(notes, fmt.Sprintf("note: %s is not a lowbit model: %s", m.Name, m.Problem))
@@ -105,12 +101,7 @@ func printList(cmd *cobra.Command, res listJSON) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%s\t%s\t%s\n", m.Name, m.Format, m.BitsPerWeight, diskSize(m.Size), m.Validation, m.Source)
 	}
-	fmt.Fprintf(tw, "\nsource models in the HF cache %s\n", res.HFCache)
-	if len(res.Cached) == 0 {
-		fmt.Fprintln(tw, "  none")
-	} else {
-		fmt.Fprintln(tw, "REPO\tREVISION\tCOMMIT\tFILES\tSIZE")
-	}
+	tableHead(tw, "\nsource models in the HF cache "+res.HFCache, len(res.Cached), "none", "REPO\tREVISION\tCOMMIT\tFILES\tSIZE")
 	for _, r := range res.Cached {
 		if len(r.Revisions) == 0 {
 			fmt.Fprintf(tw, "%s\t-\t-\t0\t%s\n", r.RepoID, diskSize(r.Size))
@@ -130,4 +121,15 @@ func printList(cmd *cobra.Command, res listJSON) error {
 		fmt.Fprintln(cmd.ErrOrStderr(), n)
 	}
 	return nil
+}
+
+// tableHead starts a section of the listing: its title, then its column
+// names, or when it has no rows, what to say instead.
+func tableHead(w io.Writer, title string, rows int, empty, columns string) {
+	fmt.Fprintln(w, title)
+	if rows == 0 {
+		fmt.Fprintln(w, "  "+empty)
+		return
+	}
+	fmt.Fprintln(w, columns)
 }
