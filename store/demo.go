@@ -149,7 +149,7 @@ func checkDemo(dir string, want map[string]string) error {
 		return fmt.Errorf("demo: %w", err)
 	}
 	if !st.IsDir() {
-		return fmt.Errorf("demo: %s is not a directory (%s): remove it and lowbit extracts the demo there", dir, st.Mode().Type())
+		return fmt.Errorf("demo: %w: remove it and lowbit extracts the demo there", notDir(dir, st.Mode()))
 	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {

@@ -237,7 +237,7 @@ func RemoveCached(cacheDir, repoID string) (int64, error) {
 		return 0, fmt.Errorf("HF cache: %w", err)
 	}
 	if !st.IsDir() {
-		return 0, fmt.Errorf("%s is not a directory (%s), so it is left as it is", dir, st.Mode().Type())
+		return 0, fmt.Errorf("%w, so it is left as it is", notDir(dir, st.Mode()))
 	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {

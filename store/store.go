@@ -161,9 +161,18 @@ func readModel(dir string) (*manifest.Manifest, error) {
 		return nil, err
 	}
 	if !st.IsDir() {
-		return nil, fmt.Errorf("%s is not a directory (%s)", dir, st.Mode().Type())
+		return nil, notDir(dir, st.Mode())
 	}
 	return manifest.Read(dir)
+}
+
+// notDir says that path is not a directory, and what it is when that is
+// not plain from a listing.
+func notDir(path string, mode fs.FileMode) error {
+	if mode&fs.ModeSymlink != 0 {
+		return fmt.Errorf("%s is not a directory but a symbolic link", path)
+	}
+	return fmt.Errorf("%s is not a directory", path)
 }
 
 // Remove deletes the model called name, and only a lowbit model directory:
@@ -178,7 +187,7 @@ func (s Store) Remove(name string) (int64, error) {
 		return 0, fmt.Errorf("%s: no model by that name in %s (lowbit list shows them)", name, s.ModelsDir())
 	}
 	if _, err := readModel(dir); err != nil {
-		return 0, fmt.Errorf("%s is not a lowbit model, so it is left as it is: %w", dir, err)
+		return 0, fmt.Errorf("%s is left as it is: %w", dir, err)
 	}
 	size, err := DirSize(dir)
 	if err != nil {

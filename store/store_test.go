@@ -123,7 +123,7 @@ func TestModelsAndRemove(t *testing.T) {
 	for _, m := range list {
 		problems[m.Name] = m.Problem
 	}
-	want := map[string]string{"bad-manifest": "format_version 99", "good": "", "link": "not a directory", "plain": "manifest.json is missing"}
+	want := map[string]string{"bad-manifest": "format_version 99", "good": "", "link": "not a directory but a symbolic link", "plain": "manifest.json is missing"}
 	if len(problems) != len(want) {
 		t.Errorf("listed %v, want %v", problems, want)
 	}
@@ -136,8 +136,8 @@ func TestModelsAndRemove(t *testing.T) {
 	cases := []struct {
 		name, wantErr string
 	}{
-		{"plain", "not a lowbit model"},
-		{"bad-manifest", "not a lowbit model"},
+		{"plain", "plain is left as it is"},
+		{"bad-manifest", "format_version 99"},
 		{"link", "not a directory"},
 		{"missing", "no model by that name"},
 		{"models/good", "path separator"},

@@ -419,8 +419,8 @@ func TestRm(t *testing.T) {
 		wantErr string
 		gone    []string
 	}{
-		{name: "not a model", args: []string{"rm", "junk"}, wantErr: "junk is not a lowbit model, so it is left as it is"},
-		{name: "a link", args: []string{"rm", "link"}, wantErr: "is not a directory"},
+		{name: "not a model", args: []string{"rm", "junk"}, wantErr: "junk is left as it is: " + filepath.Join(models, "junk") + " is not a lowbit model directory"},
+		{name: "a link", args: []string{"rm", "link"}, wantErr: "link is not a directory but a symbolic link"},
 		{name: "a path", args: []string{"rm", "../models/demo-q4"}, wantErr: `model name "../models/demo-q4" starts with a dot`},
 		{name: "a path inside", args: []string{"rm", "x/demo-q4"}, wantErr: "holds a path separator"},
 		{name: "no such model", args: []string{"rm", "nosuch"}, wantErr: "nosuch: no model by that name in " + models},
