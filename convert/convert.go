@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"lowbit/model"
 	"lowbit/quantize"
 	"lowbit/safetensors"
+	"lowbit/store"
 	"lowbit/validate"
 )
 
@@ -28,8 +30,12 @@ type Options struct {
 	// Source is a local HF model directory, a registry alias or a Hub repo id.
 	Source   string
 	Revision string
-	// Out is the output directory; empty means ./<model>-<format> in the working directory.
+	// Out is the output directory; empty means <name>-<format> in Store's
+	// models directory, where name is the alias the source was given by,
+	// else the repo's or the directory's base name (demo-q4, tinyllama-q4).
 	Out string
+	// Store holds converted models by default and extracts the embedded demo.
+	Store store.Store
 	// Bits is the format of linear weights: 1, 2, 4, 8 or ternary (also q1...q8, tq2, f16, bf16, f32).
 	Bits      string
 	GroupSize int
@@ -67,6 +73,8 @@ type Fetcher interface {
 // Snapshot is a downloaded (or cached) model: where it is and which commit.
 type Snapshot struct {
 	Dir, RepoID, Revision, Commit string
+	// Alias is the registry alias the model was asked for by ("" if none).
+	Alias string
 }
 
 // Result summarizes a finished conversion.
@@ -139,7 +147,10 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err := checkTokenizer(snap.Dir, cfg); err != nil {
 		return nil, err
 	}
-	out := outputPath(opts, snap, s)
+	out, err := outputPath(opts, snap, s)
+	if err != nil {
+		return nil, err
+	}
 	if err := checkOut(out, snap.Dir, opts.Force); err != nil {
 		return nil, err
 	}
@@ -294,8 +305,9 @@ func (s settings) tableGroup(f quantize.Format) int {
 	return s.groupSize
 }
 
-// resolveSource finds the model directory: a local path, else a Hub repo
-// (an alias is first turned into its repo) through the fetcher.
+// resolveSource finds the model directory: a local path, else the
+// embedded demo, else a Hub repo (an alias is first turned into its repo)
+// through the fetcher.
 func resolveSource(ctx context.Context, opts Options) (*Snapshot, error) {
 	src := opts.Source
 	if src == "" {
@@ -307,8 +319,16 @@ func resolveSource(ctx context.Context, opts Options) (*Snapshot, error) {
 		}
 		return &Snapshot{Dir: src}, nil
 	}
+	e, known := Lookup(src)
+	if known && e.Embedded {
+		dir, err := opts.Store.Demo()
+		if err != nil {
+			return nil, err
+		}
+		return &Snapshot{Dir: dir, Alias: e.Alias}, nil
+	}
 	repo := src
-	if e, ok := Lookup(src); ok {
+	if known {
 		repo = e.Repo
 	} else if !strings.Contains(src, "/") {
 		return nil, fmt.Errorf("%q is neither a directory, a known alias (%s) nor a Hub repo id (org/name)", src, strings.Join(Aliases(), ", "))
@@ -320,19 +340,36 @@ func resolveSource(ctx context.Context, opts Options) (*Snapshot, error) {
 	if rev == "" {
 		rev = "main"
 	}
-	return opts.Fetcher.Fetch(ctx, repo, rev)
+	snap, err := opts.Fetcher.Fetch(ctx, repo, rev)
+	if err != nil {
+		return nil, err
+	}
+	snap.Alias = e.Alias
+	return snap, nil
 }
 
-// outputPath is --out, or ./<model>-<format> in the working directory.
-func outputPath(opts Options, snap *Snapshot, s settings) string {
+// outputPath is --out, else <name>-<format> in the store, name being the
+// alias, else the repo's base name, else the source directory's.
+func outputPath(opts Options, snap *Snapshot, s settings) (string, error) {
 	if opts.Out != "" {
-		return filepath.Clean(opts.Out)
+		return filepath.Clean(opts.Out), nil
 	}
-	base := filepath.Base(snap.Dir)
-	if snap.RepoID != "" {
-		base = filepath.Base(snap.RepoID)
+	name := snap.Alias
+	if name == "" && snap.RepoID != "" {
+		name = path.Base(snap.RepoID)
 	}
-	return base + "-" + string(s.linear)
+	if name == "" {
+		abs, err := filepath.Abs(snap.Dir)
+		if err != nil {
+			return "", fmt.Errorf("source %s: %w", snap.Dir, err)
+		}
+		name = filepath.Base(abs)
+	}
+	out, err := opts.Store.ModelPath(name + "-" + string(s.linear))
+	if err != nil {
+		return "", fmt.Errorf("default output in the model store: %w (give --out)", err)
+	}
+	return out, nil
 }
 
 // checkOut refuses an output that exists, unless forced and it is a lowbit

@@ -1,8 +1,9 @@
 // Package convert is lowbit's pipeline from a HuggingFace model to a lowbit
-// model directory: resolve the source (a local directory, an alias of the
-// built-in registry or any Hub repo id), read its config and safetensors,
-// quantize every tensor in the format its role calls for, write tensors and
-// manifest under a temporary name, rename into place, then validate.
+// model directory: resolve the source (a local directory, the embedded demo,
+// an alias of the built-in registry or any Hub repo id), read its config and
+// safetensors, quantize every tensor in the format its role calls for, write
+// tensors and manifest under a temporary name, rename into place (by default
+// in the model store), then validate.
 package convert
 
 import (
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"lowbit/quantize"
+	"lowbit/store"
 )
 
 // Entry is one model of the built-in registry: a short alias for a Hub repo,
@@ -33,11 +35,16 @@ type Entry struct {
 	TiedEmbed    bool  `json:"tied_embeddings"`
 	// DefaultBits is the --bits the model is meant for ("ternary" for BitNet).
 	DefaultBits string `json:"default_bits,omitempty"`
+	// Embedded says the model is built into lowbit (store.DemoAlias) and
+	// needs no download; it has no Repo.
+	Embedded bool `json:"embedded,omitempty"`
 }
 
 // Registry is the built-in list of models, in display order.
 func Registry() []Entry {
 	return []Entry{
+		{Alias: store.DemoAlias, Architecture: "LlamaForCausalLM", Embedded: true, Description: "stories260K, a TinyStories Llama built into lowbit (no download)",
+			Hidden: 64, Intermediate: 172, Layers: 5, Heads: 8, KVHeads: 4, HeadDim: 8, Vocab: 512, TiedEmbed: true},
 		{Alias: "tinyllama", Repo: "TinyLlama/TinyLlama-1.1B-Chat-v1.0", Architecture: "LlamaForCausalLM", Description: "TinyLlama 1.1B chat",
 			Hidden: 2048, Intermediate: 5632, Layers: 22, Heads: 32, KVHeads: 4, HeadDim: 64, Vocab: 32000},
 		{Alias: "llama2-7b", Repo: "meta-llama/Llama-2-7b-hf", Architecture: "LlamaForCausalLM", Gated: true, Description: "Llama 2 7B base",
@@ -58,7 +65,7 @@ func Registry() []Entry {
 // Lookup finds an alias (case-insensitive) or a repo id of the registry.
 func Lookup(nameOrRepo string) (Entry, bool) {
 	for _, e := range Registry() {
-		if strings.EqualFold(e.Alias, nameOrRepo) || strings.EqualFold(e.Repo, nameOrRepo) {
+		if strings.EqualFold(e.Alias, nameOrRepo) || e.Repo != "" && strings.EqualFold(e.Repo, nameOrRepo) {
 			return e, true
 		}
 	}

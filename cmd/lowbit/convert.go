@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"lowbit/convert"
+	"lowbit/store"
 )
 
 func newConvertCmd() *cobra.Command {
@@ -24,9 +25,16 @@ func newConvertCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "convert <model-dir | alias | org/repo>",
 		Short: "Download, quantize, export with a manifest, and validate a model",
-		Example: `  lowbit convert --list-models
+		Long: `convert takes a HuggingFace model (a directory, a built-in alias: demo is built into
+lowbit, the others are downloaded through the HF cache, or any Hub repo id), quantizes it,
+writes a lowbit model directory with its manifest and validates it. Without --out the
+model goes to the store, $LOWBIT_HOME/models/<alias or repo name>-<format> (LOWBIT_HOME
+defaults to lowbit in the user's cache directory, ~/.cache/lowbit), where run, validate,
+bench and show find it by that name.`,
+		Example: `  lowbit convert demo --bits 4                 # the built-in model, to demo-q4 in the store
+  lowbit convert --list-models
+  lowbit convert tinyllama --bits 4            # to tinyllama-q4 in the store
   lowbit convert ./TinyLlama-1.1B-Chat-v1.0 --bits 4 --out ./tinyllama-q4
-  lowbit convert tinyllama --bits 4
   lowbit convert bitnet-2b --bits ternary`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if listModels {
@@ -46,6 +54,11 @@ func newConvertCmd() *cobra.Command {
 			default:
 				return fmt.Errorf("--format %q: want safetensors or npz", format)
 			}
+			models, err := store.FromEnv()
+			if err != nil && opts.Out == "" {
+				return err
+			}
+			opts.Store = models
 			opts.Source = args[0]
 			opts.Progress = progressWriter(quiet || asJSON)
 			opts.Version = version
@@ -93,7 +106,7 @@ func newConvertCmd() *cobra.Command {
 	f.IntVar(&opts.TableGroupSize, "table-group-size", 0, "weights per scale group of the embeddings and head (default 128 at 8 bits, else --group-size)")
 	f.StringVar(&opts.EmbeddingBits, "embedding-bits", "8", "format of token embeddings: 8, 4, ... or f16, bf16, f32 to keep floats")
 	f.StringVar(&opts.OutputBits, "output-bits", "8", "format of the output head: 8, 4, ... or f16, bf16, f32")
-	f.StringVarP(&opts.Out, "out", "o", "", "output directory (default ./<model>-<format>)")
+	f.StringVarP(&opts.Out, "out", "o", "", "output directory (default: <alias or repo name>-<format> in $LOWBIT_HOME/models, e.g. demo-q4)")
 	f.StringVar(&opts.Revision, "revision", "", "Hub revision: branch, tag or commit (default main)")
 	f.BoolVar(&opts.Force, "force", false, "replace an existing output directory")
 	f.BoolVar(&opts.NoValidate, "no-validate", false, "skip the last stage (kernel checks and the model against its source)")
@@ -137,7 +150,11 @@ func listRegistry(cmd *cobra.Command, asJSON bool) error {
 		if r.Gated {
 			gated = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.2fB\t%s\t%s", r.Alias, r.Repo, float64(r.Parameters)/1e9, r.Architecture, gated)
+		repo := r.Repo
+		if r.Embedded {
+			repo = "(built into lowbit)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s", r.Alias, repo, humanCount(r.Parameters), r.Architecture, gated)
 		for _, b := range bitsList {
 			fmt.Fprintf(tw, "\t%s", humanBytes(r.Sizes[b]))
 		}

@@ -35,6 +35,9 @@ not fetched again; an interrupted download resumes. Set HF_TOKEN (or run
 		RunE: func(cmd *cobra.Command, args []string) error {
 			repo := args[0]
 			if e, ok := convert.Lookup(repo); ok {
+				if e.Embedded {
+					return fmt.Errorf("%s is built into lowbit: there is nothing to download (lowbit convert %s --bits 4)", e.Alias, e.Alias)
+				}
 				repo = e.Repo
 			}
 			c, err := newHubClient(offline, workers, progressWriter(quiet || asJSON), noticeWriter(cmd, quiet))

@@ -16,6 +16,7 @@ import (
 	"lowbit/chat"
 	"lowbit/convert"
 	"lowbit/model"
+	"lowbit/store"
 	"lowbit/tokenizer"
 )
 
@@ -353,8 +354,10 @@ func isTerminal(w any) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-// resolveModelDir is a local directory as given, or a registry alias or repo
-// id fetched through the HF cache.
+// resolveModelDir finds a model argument's directory, trying in turn (as
+// modelArgHelp tells users): an existing path, a converted model in the store
+// by name, a built-in alias (the demo is embedded; the others come through
+// the HF cache), a Hub repo id. Its error says what was tried.
 func resolveModelDir(ctx context.Context, name, revision string, offline bool, progress io.Writer) (string, error) {
 	if st, err := os.Stat(name); err == nil {
 		if !st.IsDir() {
@@ -362,12 +365,26 @@ func resolveModelDir(ctx context.Context, name, revision string, offline bool, p
 		}
 		return name, nil
 	}
-	repo := name
-	if e, ok := convert.Lookup(name); ok {
-		repo = e.Repo
+	models, storeErr := store.FromEnv()
+	if dir, ok, err := models.Find(name); err != nil {
+		return "", err
+	} else if ok {
+		return dir, nil
 	}
-	if strings.Count(repo, "/") != 1 || strings.HasPrefix(repo, ".") || strings.HasPrefix(repo, "/") {
-		return "", fmt.Errorf("%s: no such directory, and not a known alias (lowbit convert --list-models) or org/repo id", name)
+	inStore := "none by that name in " + models.ModelsDir()
+	if storeErr != nil {
+		inStore = storeErr.Error()
+	}
+	e, known := convert.Lookup(name)
+	if known && e.Embedded {
+		return models.Demo()
+	}
+	repo := name
+	if known {
+		repo = e.Repo
+	} else if strings.Count(repo, "/") != 1 || strings.HasPrefix(repo, ".") || strings.HasPrefix(repo, "/") {
+		return "", fmt.Errorf("%s: no model found: tried a path (no such directory), the store (%s), a built-in alias (none of %s) and a Hub repo id (not org/name)",
+			name, inStore, strings.Join(convert.Aliases(), ", "))
 	}
 	fetcher, err := newFetcher(offline, 0, progress, progress)
 	if err != nil {
@@ -375,7 +392,7 @@ func resolveModelDir(ctx context.Context, name, revision string, offline bool, p
 	}
 	snap, err := fetcher.Fetch(ctx, repo, revision)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%s: tried a path (no such directory), the store (%s), then the Hub repo %s: %w", name, inStore, repo, err)
 	}
 	return snap.Dir, nil
 }

@@ -77,7 +77,12 @@ when a check fails.`,
 					}
 					text = string(b)
 				}
-				m, ref, err := validate.ModelDir(ctx, args[0], validate.DirOptions{
+				// A name never downloads: a Hub repo is a float model, not one to validate.
+				dir, err := resolveModelDir(ctx, args[0], "", true, nil)
+				if err != nil {
+					return err
+				}
+				m, ref, err := validate.ModelDir(ctx, dir, validate.DirOptions{
 					Reference: reference, CacheDir: hub.OptionsFromEnv().CacheDir, Text: text, MaxTokens: maxTokens,
 					Backend: func() (model.Backend, error) {
 						b, release, err := devices.open()
@@ -103,7 +108,7 @@ when a check fails.`,
 				if err != nil {
 					return err
 				}
-				rep.Model, rep.ModelDir, rep.Reference = m, args[0], ref
+				rep.Model, rep.ModelDir, rep.Reference = m, dir, ref
 			}
 			if kernels {
 				opts := validate.KernelOptions{Seed: uint64(seed), Backends: validate.CPUBackends(), Missing: map[string]string{}}

@@ -60,15 +60,22 @@ func CreateDir(dest string) (*Dir, error) {
 	return nil, fmt.Errorf("no free temporary name in %s", parent)
 }
 
-// lockMarker creates the marker file and takes its lock.
+// lockMarker creates the marker file already locked: under another name
+// first, renamed to path once locked, so that another writer's RemoveStale
+// never finds it unlocked and takes this live directory for a dead one.
 func lockMarker(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+	tmp := path + ".new"
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
 	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", path, err)
+		return nil, fmt.Errorf("create %s: %w", tmp, err)
 	}
 	if !lock(f) {
 		f.Close()
-		return nil, fmt.Errorf("lock %s: held by another process", path)
+		return nil, fmt.Errorf("lock %s: held by another process", tmp)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("create %s: %w", path, err)
 	}
 	return f, nil
 }

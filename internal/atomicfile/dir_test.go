@@ -2,8 +2,10 @@ package atomicfile
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 )
 
@@ -153,5 +155,40 @@ func TestRemoveStale(t *testing.T) {
 	}
 	if readF(t, live.Path) != "live" {
 		t.Error("the live writer's file is gone")
+	}
+}
+
+// TestCreateDirConcurrent has many writers create directories in one parent
+// at once: each one's RemoveStale must never take another's live directory,
+// however the creations interleave.
+func TestCreateDirConcurrent(t *testing.T) {
+	parent := t.TempDir()
+	var wg sync.WaitGroup
+	errs := make([]error, 16)
+	for i := range errs {
+		wg.Go(func() {
+			for j := range 20 {
+				d, err := CreateDir(filepath.Join(parent, fmt.Sprintf("d%d-%d", i, j)))
+				if err == nil {
+					err = os.WriteFile(filepath.Join(d.Path, "f"), []byte("x"), 0o666)
+				}
+				if err == nil {
+					err = d.Commit()
+				}
+				if err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("writer %d: %v", i, err)
+		}
+	}
+	if got := entries(t, parent); len(got) != 16*20 {
+		t.Errorf("%d entries, want %d", len(got), 16*20)
 	}
 }
