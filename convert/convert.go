@@ -317,9 +317,15 @@ func resolveSource(ctx context.Context, opts Options) (*Snapshot, error) {
 		if !st.IsDir() {
 			return nil, fmt.Errorf("%s is not a directory (give the model's directory)", src)
 		}
+		if opts.Revision != "" {
+			return nil, fmt.Errorf("--revision %s: %s is a local directory; --revision picks a revision of a Hub repo", opts.Revision, src)
+		}
 		return &Snapshot{Dir: src}, nil
 	}
 	e, known := Lookup(src)
+	if known && e.Embedded && opts.Revision != "" {
+		return nil, fmt.Errorf("--revision %s: %s is built into lowbit, not a Hub repo", opts.Revision, src)
+	}
 	if known && e.Embedded {
 		dir, err := opts.Store.Demo()
 		if err != nil {

@@ -79,7 +79,7 @@ func runBench(cmd *cobra.Command, args []string, f benchFlags) error {
 	var jobs []job
 	if len(args) == 1 {
 		jobs = append(jobs, job{args[0], func() (*model.Model, error) {
-			dir, err := resolveModelDir(ctx, args[0], f.revision, f.offline, progress)
+			dir, err := resolveModelDir(ctx, args[0], f.revision, f.offline, progress, noticeWriter(cmd, f.quiet))
 			if err != nil {
 				return nil, err
 			}

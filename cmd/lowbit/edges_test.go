@@ -30,6 +30,10 @@ func TestRoughEdges(t *testing.T) {
 		{name: "bench --bits ternary and tq2", args: []string{"bench", "--shape", "nosuch", "--bits", "ternary,tq2"}, wantErr: "unknown shape"},
 		{name: "version", args: []string{"version"}, stdout: []string{"lowbit " + version + "\n"}},
 		{name: "--version", args: []string{"--version"}, stdout: []string{"lowbit " + version + "\n"}},
+		{name: "run --revision on a directory", args: []string{"run", dir, "hi", "--revision", "v2"}, wantErr: "--revision v2: " + dir + " is not a Hub repo"},
+		{name: "convert --revision on a directory", args: []string{"convert", dir, "--revision", "v2", "--out", t.TempDir() + "/o"}, wantErr: "--revision v2: " + dir + " is a local directory"},
+		{name: "run --revision on the demo", args: []string{"run", "demo", "hi", "--revision", "v2"}, wantErr: "demo is built into lowbit, not a Hub repo"},
+		{name: "validate -q --offline", args: []string{"validate", "nosuch-model", "-q", "--offline"}, wantErr: "no model found"},
 		{name: "validate --seed replays", args: []string{"validate", "--kernels", "--device", "cpu", "--seed", "0", "--json"},
 			stdout: []string{`"seed": 0,`}},
 	}

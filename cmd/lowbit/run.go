@@ -177,7 +177,7 @@ func trimFinalNewline(s string) string {
 
 func runModel(cmd *cobra.Command, args []string, f runFlags, in runInput) error {
 	ctx := cmd.Context()
-	dir, err := resolveModelDir(ctx, args[0], f.revision, f.offline, progressWriter(f.quiet || f.asJSON))
+	dir, err := resolveModelDir(ctx, args[0], f.revision, f.offline, progressWriter(f.quiet || f.asJSON), noticeWriter(cmd, f.quiet))
 	if err != nil {
 		return err
 	}
@@ -358,18 +358,24 @@ func isTerminal(w any) bool {
 // modelArgHelp tells users): an existing path, a converted model in the store
 // by name, a built-in alias (the demo is embedded; the others come through
 // the HF cache), a Hub repo id. Its error says what was tried.
-func resolveModelDir(ctx context.Context, name, revision string, offline bool, progress io.Writer) (string, error) {
+func resolveModelDir(ctx context.Context, name, revision string, offline bool, progress, notices io.Writer) (string, error) {
+	local := func(dir string) (string, error) {
+		if revision != "" {
+			return "", fmt.Errorf("--revision %s: %s is not a Hub repo but %s; --revision picks a revision of a Hub repo", revision, name, dir)
+		}
+		return dir, nil
+	}
 	if st, err := os.Stat(name); err == nil {
 		if !st.IsDir() {
 			return "", fmt.Errorf("%s is a file; want a model directory", name)
 		}
-		return name, nil
+		return local(name)
 	}
 	models, storeErr := store.FromEnv()
 	if dir, ok, err := models.Find(name); err != nil {
 		return "", err
 	} else if ok {
-		return dir, nil
+		return local(dir)
 	}
 	inStore := "none by that name in " + models.ModelsDir()
 	if storeErr != nil {
@@ -377,6 +383,9 @@ func resolveModelDir(ctx context.Context, name, revision string, offline bool, p
 	}
 	e, known := convert.Lookup(name)
 	if known && e.Embedded {
+		if revision != "" {
+			return "", fmt.Errorf("--revision %s: %s is built into lowbit, not a Hub repo", revision, name)
+		}
 		return models.Demo()
 	}
 	repo := name
@@ -386,7 +395,7 @@ func resolveModelDir(ctx context.Context, name, revision string, offline bool, p
 		return "", fmt.Errorf("%s: no model found: tried a path (no such directory), the store (%s), a built-in alias (none of %s) and a Hub repo id (not org/name)",
 			name, inStore, strings.Join(convert.Aliases(), ", "))
 	}
-	fetcher, err := newFetcher(offline, 0, progress, progress)
+	fetcher, err := newFetcher(offline, 0, progress, notices)
 	if err != nil {
 		return "", err
 	}

@@ -64,7 +64,7 @@ divergence, top-1 agreement, perplexity ratio, what was not checked) and its sou
   lowbit show demo-q4 --json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dir, err := resolveModelDir(cmd.Context(), args[0], "", true, nil)
+			dir, err := resolveModelDir(cmd.Context(), args[0], "", true, nil, nil)
 			if err != nil {
 				return err
 			}

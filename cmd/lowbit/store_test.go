@@ -240,7 +240,7 @@ func TestResolveModel(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got, err := resolveModelDir(context.Background(), c.arg, "", true, nil)
+			got, err := resolveModelDir(context.Background(), c.arg, "", true, nil, nil)
 			if c.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 					t.Fatalf("resolve %s = %q, %v; want an error saying %q", c.arg, got, err, c.wantErr)

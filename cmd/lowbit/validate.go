@@ -27,6 +27,7 @@ func newValidateCmd() *cobra.Command {
 		device    string
 		asJSON    bool
 		quiet     bool
+		offline   bool
 		htmlFile  string
 		kldMean   float64
 		kldP99    float64
@@ -78,7 +79,7 @@ when a check fails.`,
 					text = string(b)
 				}
 				// A name never downloads: a Hub repo is a float model, not one to validate.
-				dir, err := resolveModelDir(ctx, args[0], "", true, nil)
+				dir, err := resolveModelDir(ctx, args[0], "", offline, progressWriter(quiet || asJSON), noticeWriter(cmd, quiet))
 				if err != nil {
 					return err
 				}
@@ -170,7 +171,8 @@ when a check fails.`,
 	f.IntVar(&maxTokens, "max-tokens", 0, "most tokens of the text to evaluate (default 8192)")
 	f.StringVar(&device, "device", "auto", "cpu, cuda or auto")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
-	f.BoolVarP(&quiet, "quiet", "q", false, "no notices on stderr")
+	f.BoolVarP(&quiet, "quiet", "q", false, "no progress bars or notices on stderr")
+	f.BoolVar(&offline, "offline", false, "use the HF cache only for a model given as a repo id or alias (also HF_HUB_OFFLINE=1)")
 	f.StringVar(&htmlFile, "html", "", "also write an HTML report with plots to this file")
 	f.Float64Var(&kldMean, "max-kld-mean", 0, "threshold: mean KL divergence (default: the format's)")
 	f.Float64Var(&kldP99, "max-kld-p99", 0, "threshold: 99th percentile of the KL divergence")
