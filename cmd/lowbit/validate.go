@@ -27,7 +27,7 @@ func newValidateCmd() *cobra.Command {
 		device    string
 		asJSON    bool
 		quiet     bool
-		offline   bool
+		offline   bool // accepted, and always so
 		htmlFile  string
 		kldMean   float64
 		kldP99    float64
@@ -79,7 +79,7 @@ when a check fails.`,
 					text = string(b)
 				}
 				// A name never downloads: a Hub repo is a float model, not one to validate.
-				dir, err := resolveModelDir(ctx, args[0], "", offline, progressWriter(quiet || asJSON), noticeWriter(cmd, quiet))
+				dir, err := resolveModelDir(ctx, args[0], "", true, nil, noticeWriter(cmd, quiet))
 				if err != nil {
 					return err
 				}
@@ -172,7 +172,7 @@ when a check fails.`,
 	f.StringVar(&device, "device", "auto", "cpu, cuda or auto")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress bars or notices on stderr")
-	f.BoolVar(&offline, "offline", false, "use the HF cache only for a model given as a repo id or alias (also HF_HUB_OFFLINE=1)")
+	f.BoolVar(&offline, "offline", false, "accepted as run's: validate never uses the network (the model and its reference come from disk and the HF cache)")
 	f.StringVar(&htmlFile, "html", "", "also write an HTML report with plots to this file")
 	f.Float64Var(&kldMean, "max-kld-mean", 0, "threshold: mean KL divergence (default: the format's)")
 	f.Float64Var(&kldP99, "max-kld-p99", 0, "threshold: 99th percentile of the KL divergence")
