@@ -81,3 +81,39 @@ func TestConvertFromHub(t *testing.T) {
 		t.Errorf("offline missing repo: %v", err)
 	}
 }
+
+// TestUnreachableHub: with the Hub out of reach, a cached repo is used at
+// once with a notice, and one not in the cache gets an error that says what
+// to do, without five retries.
+func TestUnreachableHub(t *testing.T) {
+	s := hubtest.New()
+	s.AddRepo("org/tiny", &hubtest.Repo{Files: fixtureFiles(t)})
+	t.Setenv("HF_ENDPOINT", s.Hub.URL)
+	t.Setenv("HF_HUB_CACHE", t.TempDir())
+	t.Setenv("HF_HOME", t.TempDir())
+	t.Setenv("HF_TOKEN", "")
+	t.Setenv("HF_HUB_OFFLINE", "")
+	if _, _, err := runIn(t, "", "download", "org/tiny", "--quiet"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close() // connections refused from here on
+
+	out := filepath.Join(t.TempDir(), "tiny-q8")
+	_, stderr, err := runIn(t, "", "convert", "org/tiny", "--bits", "8", "-o", out, "--no-validate")
+	if err != nil {
+		t.Fatalf("convert from the cache: %v", err)
+	}
+	if !strings.Contains(stderr, "unreachable") || !strings.Contains(stderr, "using the cached snapshot") {
+		t.Errorf("no notice of the fall back to the cache:\n%s", stderr)
+	}
+	_, stderr, _ = runIn(t, "", "convert", "org/tiny", "--bits", "8", "-o", out+"-quiet", "--no-validate", "-q")
+	if strings.Contains(stderr, "unreachable") {
+		t.Errorf("--quiet printed the notice:\n%s", stderr)
+	}
+	_, _, err = runIn(t, "", "convert", "org/other", "--bits", "8", "-o", out+"-other")
+	for _, want := range []string{"cannot reach", "HF_ENDPOINT", "--offline", "org/other"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not say %q", err, want)
+		}
+	}
+}
