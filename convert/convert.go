@@ -228,6 +228,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 // weightsFile is the name of the stored tensors inside a model directory.
 const weightsFile = "model.safetensors"
 
+// maxWorkers bounds --workers: each worker holds a chunk of rows.
+const maxWorkers = 256
+
 // maxGroupSize bounds --group-size and --table-group-size: a group is
 // quantized in buffers of its size, and no model's rows are longer.
 const maxGroupSize = 1 << 16
@@ -288,6 +291,9 @@ func resolveSettings(opts Options, cfg model.Config) (settings, error) {
 	s.workers = opts.Workers
 	if s.workers <= 0 {
 		s.workers = runtime.GOMAXPROCS(0)
+	}
+	if s.workers > maxWorkers {
+		return s, fmt.Errorf("--workers %d is over the limit of %d (each holds a chunk of %d MiB)", s.workers, maxWorkers, chunkElems*4>>20)
 	}
 	return s, nil
 }

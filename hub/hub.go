@@ -36,7 +36,7 @@ type Options struct {
 	CacheDir string
 	// Offline uses the cache only (HF_HUB_OFFLINE=1).
 	Offline bool
-	// Workers bounds parallel files and parts.
+	// Workers bounds parallel files and parts (at most MaxWorkers).
 	Workers int
 	// PartSize is the size of a ranged part of a large file (default 32 MiB).
 	PartSize int64
@@ -162,6 +162,9 @@ func New(opts Options) (*Client, error) {
 	}
 	if opts.Workers <= 0 {
 		opts.Workers = max(4, runtime.GOMAXPROCS(0))
+	}
+	if opts.Workers > MaxWorkers {
+		return nil, fmt.Errorf("hub: %d workers is over the limit of %d parallel downloads", opts.Workers, MaxWorkers)
 	}
 	if opts.PartSize <= 0 || opts.PartSize > maxFileSize {
 		opts.PartSize = 32 << 20

@@ -93,3 +93,7 @@ func parseContentRange(s string) (first, last, total int64, err error) {
 	}
 	return first, last, total, nil
 }
+
+// MaxWorkers bounds Options.Workers: more connections than this to one Hub
+// only queue up, and each holds a buffer.
+const MaxWorkers = 256

@@ -34,6 +34,8 @@ func TestRoughEdges(t *testing.T) {
 		{name: "convert --revision on a directory", args: []string{"convert", dir, "--revision", "v2", "--out", t.TempDir() + "/o"}, wantErr: "--revision v2: " + dir + " is a local directory"},
 		{name: "run --revision on the demo", args: []string{"run", "demo", "hi", "--revision", "v2"}, wantErr: "demo is built into lowbit, not a Hub repo"},
 		{name: "validate -q --offline", args: []string{"validate", "nosuch-model", "-q", "--offline"}, wantErr: "no model found"},
+		{name: "convert --workers", args: []string{"convert", dir, "--workers", "1099511627776", "--out", t.TempDir() + "/o"}, wantErr: "--workers 1099511627776 is over the limit of 256"},
+		{name: "download --workers", args: []string{"download", "org/x", "--workers", "100000"}, wantErr: "--workers 100000 is over the limit of 256"},
 		{name: "validate --seed replays", args: []string{"validate", "--kernels", "--device", "cpu", "--seed", "0", "--json"},
 			stdout: []string{`"seed": 0,`}},
 	}

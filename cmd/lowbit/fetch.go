@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"lowbit/convert"
@@ -25,6 +26,9 @@ func (f hubFetcher) Fetch(ctx context.Context, repoID, revision string) (*conver
 // snapshot used while the Hub is unreachable) to notices; nil silences
 // either.
 func newHubClient(offline bool, workers int, progress, notices io.Writer) (*hub.Client, error) {
+	if workers > hub.MaxWorkers {
+		return nil, fmt.Errorf("--workers %d is over the limit of %d", workers, hub.MaxWorkers)
+	}
 	opts := hub.OptionsFromEnv()
 	opts.Offline = opts.Offline || offline
 	if workers > 0 {
