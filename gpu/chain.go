@@ -8,18 +8,18 @@ import (
 
 // Greedy decode steps chained on the device (model.GreedyChainer).
 //
-// Between two greedy tokens the host used to wait for the step, copy the
-// id back, and copy it in again as the next step's token: the GPU idled
-// for that round trip (55-75 us of a ~730 us TinyLlama token). Chained,
-// the argmax kernel writes the id as the next step's token and advances
-// the position itself, the next step's graph is queued at once, and the
-// host reads the id behind an event while that step already runs. The
-// chained step's graph ends with its own argmax (stepGraph.chain: the step
-// captured once more with the argmax after its head), which writes the id
-// into pinned host memory directly: between two steps the stream holds
-// only the event, where an argmax launched after the graph and a copy of
-// the id cost ~11 us a token (BitNet-2B and TinyLlama decode +1.6% and
-// +2%, 2026-11-24, H100). The next call finds its step queued (Chained)
+// Unchained, between two greedy tokens the host waits for the step, copies
+// the id back and copies it in again as the next step's token, and the GPU
+// idles for that round trip, a large share of a small model's token.
+// Chained, the argmax kernel writes the id as the next step's token and
+// advances the position itself, the next step's graph is queued at once,
+// and the host reads the id behind an event while that step already runs.
+// The chained step's graph ends with its own argmax (stepGraph.chain: the
+// step captured once more with the argmax after its head), which writes
+// the id into pinned host memory directly, so between two steps the stream
+// holds only the event: an argmax launched after the graph and a copy of
+// the id would put a launch and a copy on every token's path. The next
+// call finds its step queued (Chained)
 // when it continues with that id; any other call discards it: it only
 // wrote the cache one position past the sequence, which the next real
 // step there overwrites, and the logits, which a greedy caller does not

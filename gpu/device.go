@@ -54,9 +54,9 @@ type Device struct {
 	// (tests force a block to loop over several row groups; benchmarks
 	// sweep it).
 	matvecGrid int
-	// matvecMode, when non-zero, picks the matvec kernel: 1 the plain one,
-	// 2 or 4 the shared-memory one with that many rows a warp (tests and
-	// benchmarks; 0 chooses by shape).
+	// matvecMode, when non-zero, forces the matvec kernel (a matvecPlain,
+	// matvecFlat or matvecS* mode: tests and benchmarks; 0 chooses by
+	// shape, matvecKernel).
 	matvecMode int
 	// sharedSet records the dynamic shared memory each kernel may use.
 	sharedSet map[string]int

@@ -388,26 +388,26 @@ const (
 // matvecKernels lists the shared-memory kernels built in matvec.cu.
 var matvecKernels = []int{matvecS4W4, matvecS2W4, matvecS2W8, matvecS1W8, matvecS1W16, matvecS1W32, matvecS1W16K2, matvecS1W32K2}
 
-// matvecKernel picks the matvec kernel for a shape, from the kernel sweeps
-// of BenchmarkMatVec on the H100 (BENCHMARKS.md, 2026-11-22 and -24): the
-// plain kernel for f32 and f16, whose 32-weight blocks already give each
-// thread 64 bytes or more; for q8, q4 and tq2 rows more than twice as long
-// as the matrix is tall (the down projections), two warps a row and 32
-// warps a block (TinyLlama's q4 down 6.3 -> 5.1 us, q8 8.4 -> 6.7 us; its
-// decode 1-5% faster, BitNet's 5%); for the other q8 shapes, q4 rows of
-// 4096 weights or more and tq2 below 8192 rows, one row a warp and 16
-// warps a block (q8: 72-87% of the copy rate on the 7B shapes; Llama-2-7B
-// q4 q/k/v 14.3 -> 13.0 us, gate/up 23.6 -> 21.9 us, o 6.1 -> 5.8 us
-// against the kernels below); for the narrow formats 4 rows a warp on tall
-// matrices (8192 rows or more) and 2 rows a warp, 8 warps a block, on the
-// others, where fewer rows a warp give more warps to hide latency. Ahead
-// of all these, q4 matrices of 4096 rows and columns or more (Llama-2-7B's)
-// take one row a warp and 32 warps, one block an SM (its decode +0.5%
-// against 16 warps and the split-K down projection, 2026-11-24), and q8
-// heads of 65536 rows or more (BitNet-2B's 128256x2560) two rows a warp
-// and 8 warps (with int16 x and 128-weight groups 120.9-121.7 us against
-// 122.7-125.6 for 4 rows a warp and 4 warps, 96% of the copy rate;
-// BitNet-2B decode +0.1-0.3%).
+// matvecKernel picks the matvec kernel for a shape. The rules were chosen
+// from BenchmarkMatVec sweeps and decode A/B runs on the shapes of the
+// benchmark models (TinyLlama-1.1B, Llama-2-7B, BitNet-2B-4T), so some are
+// special cases of those shapes; other shapes get a correct kernel, not a
+// tuned one. In order:
+//   - f32 and f16: the plain kernel, whose 32-weight blocks already give
+//     each thread 64 bytes or more;
+//   - q4 matrices of 4096 rows and columns or more (Llama-2-7B's): one row
+//     a warp and 32 warps, one block an SM, which beat 16 warps and the
+//     split-K kernel there;
+//   - q8, q4 and tq2 rows more than twice as long as the matrix is tall
+//     (the down projections): two warps a row and 32 warps a block, so a
+//     matrix of few rows still gives the GPU enough warps;
+//   - q8 heads of 65536 rows or more (BitNet-2B's 128256x2560): two rows a
+//     warp and 8 warps, which streamed it fastest of the shapes tried;
+//   - the other q8 shapes, q4 rows of 4096 weights or more and tq2 below
+//     8192 rows: one row a warp and 16 warps a block;
+//   - the rest: 4 rows a warp, 4 warps, on tall matrices (8192 rows or
+//     more), and 2 rows a warp, 8 warps a block, on the others, where fewer
+//     rows a warp give more warps to hide latency.
 func matvecKernel(f quantize.Format, rows, cols int) int {
 	wide := cols > 2*rows
 	switch {
