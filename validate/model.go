@@ -34,7 +34,7 @@ type Thresholds struct {
 }
 
 // DefaultThresholds are the pass marks per linear-weight format. They were
-// set from measurements (BENCHMARKS.md, "lowbit validate"): the 260K-parameter
+// set from measurements (BENCHMARKS.md, "Accuracy"): the 260K-parameter
 // stories260K model is the hardest case, since small models lose the most
 // per bit (q4 there: KLD mean 0.14, top-1 74%, perplexity +8%; q8: 0.001, 97%,
 // +0.2%), and the q4 and q8 marks pass it with headroom. For 2 and 1 bits the
