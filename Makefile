@@ -36,11 +36,13 @@ kernels:
 	$(MAKE) -C gpu/kernels NVCC=$(NVCC)
 
 # Static binaries for the GPU machine, packed in .devbin/bin.tgz (git ignores
-# .devbin; carry it; gpu/devrun.sh unpacks it there).
+# .devbin; carry it; gpu/devrun.sh unpacks it there). They are built with
+# the lowbitexp tag, which reads the kernel experiments' LOWBIT_* switches
+# (gpu/experiments.go); the shipped binary reads none.
 devbin:
 	mkdir -p .devbin
-	$(GO) build $(GOFLAGS_BUILD) -o .devbin/lowbit ./cmd/lowbit
-	$(GO) test -c -ldflags "-s -w" -o .devbin/gpu.test ./gpu
+	$(GO) build -tags lowbitexp $(GOFLAGS_BUILD) -o .devbin/lowbit ./cmd/lowbit
+	$(GO) test -c -tags lowbitexp -ldflags "-s -w" -o .devbin/gpu.test ./gpu
 	tar czf .devbin/bin.tgz -C .devbin lowbit gpu.test && rm -f .devbin/lowbit .devbin/gpu.test
 
 clean:

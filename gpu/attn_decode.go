@@ -1,19 +1,11 @@
 package gpu
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"math"
-	"os"
-	"strconv"
 )
-
-// attnDecodeEnv set to "off" keeps decode on the general attention kernel
-// with a separate rotation (to compare).
-const attnDecodeEnv = "LOWBIT_ATTN_DECODE"
-
-// attnSliceEnv sets the positions a slice of decode attention takes
-// (attnSliceLen by default), to compare.
-const attnSliceEnv = "LOWBIT_ATTN_SLICE"
 
 // attnSliceLen is the positions a block of decode attention takes at most
 // before the sequence is split over more blocks (attnDecodeSlices).
@@ -62,8 +54,8 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 	if kvHeads <= 0 || heads%kvHeads != 0 {
 		return nil, fmt.Errorf("gpu: attention: %d heads are not a multiple of %d kv heads", heads, kvHeads)
 	}
-	if os.Getenv(attnDecodeEnv) == "off" {
-		return nil, fmt.Errorf("gpu: attention: attn_decode disabled by %s=off", attnDecodeEnv)
+	if d.exp.noAttnDecode {
+		return nil, errors.New("gpu: attention: attn_decode disabled by LOWBIT_ATTN_DECODE=off")
 	}
 	split := attnDecodeSplit(heads/kvHeads, kvHeads)
 	g := heads / kvHeads / split // query heads a block
@@ -78,14 +70,7 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 	if window > 0 {
 		visible = min(window, positions)
 	}
-	sliceLen := attnSliceLen
-	if v := os.Getenv(attnSliceEnv); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 16 {
-			return nil, fmt.Errorf("gpu: attention: %s=%q is not a number of positions of 16 or more", attnSliceEnv, v)
-		}
-		sliceLen = n
-	}
+	sliceLen := cmp.Or(d.exp.attnSlice, attnSliceLen)
 	a := &attnDecode{name: fmt.Sprintf("attn_decode_%d_%d", hd, g2), split: split, sliceLen: sliceLen,
 		slices: attnDecodeSlices(visible, sliceLen)}
 	// Where a lane holds four of a head's dimensions (32/g2 lanes a head)

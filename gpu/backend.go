@@ -116,7 +116,7 @@ func NewBackend(d *Device, maxStep int) (*Backend, error) {
 	if maxStep <= 0 {
 		maxStep = 512
 	}
-	b := &Backend{d: d, mats: map[*model.Weight]*gpuMat{}, i8: map[int]Buffer{}, steps: map[any]*stepGraph{}, maxStep: maxStep, skip: skipSet()}
+	b := &Backend{d: d, mats: map[*model.Weight]*gpuMat{}, i8: map[int]Buffer{}, steps: map[any]*stepGraph{}, maxStep: maxStep, skip: d.exp.skip}
 	err := d.do(func() error {
 		var err error
 		if b.step, err = d.pool.alloc(d, int64(8*maxStep), MemScratch); err != nil {

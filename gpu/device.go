@@ -13,7 +13,6 @@ package gpu
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -97,9 +96,8 @@ type Device struct {
 	pdl     bool
 	pdlCfg  launchConfig
 	pdlAttr launchAttr
-	// gatedOff keeps the gated MLP's activation out of the gate/up
-	// products (LOWBIT_GATED=off, to compare).
-	gatedOff bool
+	// exp are the experiments of a lowbitexp build (none otherwise).
+	exp experiments
 }
 
 // maxParams bounds a kernel's parameter count.
@@ -185,8 +183,12 @@ func (d *Device) init() error {
 		}
 		*a.dst = int(v)
 	}
-	d.pdl = d.major >= 9 && c.fn[fnLaunchKernelEx] != 0 && os.Getenv(pdlEnv) != "off"
-	d.gatedOff = os.Getenv(gatedEnv) == "off"
+	exp, err := readExperiments()
+	if err != nil {
+		return err
+	}
+	d.exp = exp
+	d.pdl = d.major >= 9 && c.fn[fnLaunchKernelEx] != 0 && !d.exp.noPDL
 	if d.major < minMajor {
 		return fmt.Errorf("gpu: %s needs sm_80 or newer, found sm_%d%d", d.name, d.major, d.minor)
 	}

@@ -37,6 +37,10 @@ func TestPTXMatchesSource(t *testing.T) {
 	if len(fams) == 0 {
 		t.Fatal("no kernel sources embedded")
 	}
+	exp, err := readExperiments()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range fams {
 		src, err := kernelFS.ReadFile("kernels/" + f + ".cu")
 		if err != nil {
@@ -47,7 +51,7 @@ func TestPTXMatchesSource(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, arch := range []string{"sm80", "sm90"} {
-			ptx, err := readPTX(f, arch)
+			ptx, err := readPTX(f, arch, exp.ptxDir)
 			if err != nil {
 				t.Errorf("%s: %v", f, err)
 				continue

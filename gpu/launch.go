@@ -56,9 +56,6 @@ func (d *Device) setArgs(name string, grid dim3, args []uint64) (f uintptr, ok b
 	return f, true, nil
 }
 
-// pdlEnv set to "off" launches every kernel fully serialized (to compare).
-const pdlEnv = "LOWBIT_PDL"
-
 // launchConfig is CUlaunchConfig, and launchAttr CUlaunchAttribute, as
 // cuLaunchKernelEx reads them (64-bit layout).
 type launchConfig struct {

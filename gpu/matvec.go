@@ -200,10 +200,6 @@ func (o matvecOpts) fused() bool {
 	return o.act >= 0 || o.norm.ptr != 0 || o.accum || o.int8 || o.gated
 }
 
-// gatedEnv set to "off" leaves the gated output unused: the down
-// projections apply the activation as they stage x (to compare).
-const gatedEnv = "LOWBIT_GATED"
-
 // gatedKernel says whether matvec.cu has a gated-output kernel for m's
 // format in kernel mode (MATVECG; the flat kernels flatKernels marks).
 func gatedKernel(m *Matrix, mode int) bool {
@@ -254,7 +250,7 @@ func (d *Device) canFuse(m *Matrix, o matvecOpts) bool {
 		return false
 	}
 	mode := d.kernelFor(m, o)
-	if o.gated && (d.gatedOff || m.Rows%2 != 0 || o.accum || !gatedKernel(m, mode)) {
+	if o.gated && (d.exp.noGated || m.Rows%2 != 0 || o.accum || !gatedKernel(m, mode)) {
 		return false
 	}
 	return mode != matvecPlain

@@ -24,10 +24,6 @@ var kernelFS embed.FS
 // .cu it was compiled from, so a test can tell stale PTX.
 const ptxHashPrefix = "// lowbit-cu-sha256: "
 
-// ptxDirEnv names a directory whose PTX files replace the embedded ones
-// (used on the GPU machine before freshly built PTX is committed).
-const ptxDirEnv = "LOWBIT_PTX_DIR"
-
 // kernelFamilies lists the .cu files (without extension), sorted.
 func kernelFamilies() ([]string, error) {
 	ents, err := fs.ReadDir(kernelFS, "kernels")
@@ -53,13 +49,14 @@ func ptxArch(major int) string {
 	return "sm80"
 }
 
-// readPTX returns the PTX of family for arch, from $LOWBIT_PTX_DIR when set.
-func readPTX(family, arch string) ([]byte, error) {
+// readPTX returns the PTX of family for arch, from dir when set (an
+// experiment's LOWBIT_PTX_DIR), else the embedded one.
+func readPTX(family, arch, dir string) ([]byte, error) {
 	name := family + "." + arch + ".ptx"
-	if dir := os.Getenv(ptxDirEnv); dir != "" {
+	if dir != "" {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
-			return nil, fmt.Errorf("gpu: %s=%s: %w", ptxDirEnv, dir, err)
+			return nil, fmt.Errorf("gpu: LOWBIT_PTX_DIR=%s: %w", dir, err)
 		}
 		return b, nil
 	}
@@ -121,7 +118,7 @@ func (d *Device) loadModules() error {
 	}
 	arch := ptxArch(d.major)
 	for _, f := range fams {
-		ptx, err := readPTX(f, arch)
+		ptx, err := readPTX(f, arch, d.exp.ptxDir)
 		if err != nil {
 			return err
 		}
