@@ -143,6 +143,10 @@ func filterBatch(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.
 	}, func() {})
 	if len(row) > 0 {
 		if !fillWith.IsNil() {
+			// lowbit patch: the fill grows with linecount, checked before made.
+			if err := params.Budget.Build(exec.MulSizes(lineCount, 8)); err != nil {
+				return exec.AsValue(err)
+			}
 			for len(row) < lineCount {
 				row = append(row, fillWith.Interface())
 			}
@@ -185,6 +189,9 @@ func filterCenter(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 	slen := in.Len()
 	if width <= slen {
 		return in
+	}
+	if err := params.Budget.Build(width); err != nil { // lowbit patch: checked before made
+		return exec.AsValue(err)
 	}
 
 	spaces := width - slen
@@ -371,6 +378,14 @@ func filterFormat(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 	if in.IsError() {
 		return in
 	}
+	// lowbit patch: widths and repeated arguments grow the result, checked before made.
+	size, err := exec.PrintfSize(in.String(), params.Args, params.Budget)
+	if err == nil {
+		err = params.Budget.Build(size)
+	}
+	if err != nil {
+		return exec.AsValue(err)
+	}
 	args := []any{}
 	for _, arg := range params.Args {
 		args = append(args, arg.Interface())
@@ -447,6 +462,10 @@ func filterIndent(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 				if width < 0 {
 					indent = ""
 				} else {
+					// lowbit patch: checked before made.
+					if err := params.Budget.Build(width); err != nil {
+						return err
+					}
 					indent = strings.Repeat(" ", width)
 				}
 			case v.IsString():
@@ -463,6 +482,10 @@ func filterIndent(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 	}
 	if !in.IsString() {
 		return exec.AsValue(exec.ErrInvalidCall(fmt.Errorf("%s is not a string", in.String())))
+	}
+	// lowbit patch: every line takes the indent, checked before made.
+	if err := params.Budget.Build(exec.AddSizes(in.Len(), exec.MulSizes(strings.Count(in.String(), "\n")+1, len(indent)))); err != nil {
+		return exec.AsValue(err)
 	}
 	lines := strings.Split(in.String(), "\n")
 	for idx, line := range lines {
@@ -526,6 +549,11 @@ func filterInteger(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exe
 		raw = raw[2:]
 	}
 
+	// lowbit patch: like Python's int(), no more than 4300 digits (parsing more takes time
+	// that grows with their square).
+	if len(raw) > maxIntDigits {
+		return defaultValue
+	}
 	if parsed, ok := new(big.Int).SetString(raw, base); ok {
 		if parsed.IsInt64() {
 			parsedInt := parsed.Int64()
@@ -544,6 +572,9 @@ func filterInteger(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exe
 
 	return defaultValue
 }
+
+// maxIntDigits is Python's limit on the digits int() converts (sys.get_int_max_str_digits).
+const maxIntDigits = 4300
 
 func filterJoin(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
 	if in.IsError() {
@@ -590,6 +621,14 @@ func filterJoin(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.V
 		return true
 	}, func() {})
 
+	// lowbit patch: the delimiter repeats once per item, checked before made.
+	size := exec.MulSizes(len(parts), len(delimiter))
+	for _, part := range parts {
+		size = exec.AddSizes(size, len(part))
+	}
+	if err := params.Budget.Build(size); err != nil {
+		return exec.AsValue(err)
+	}
 	joined := strings.Join(parts, delimiter)
 	if e.Config.AutoEscape {
 		return exec.AsSafeValue(joined)
@@ -857,6 +896,13 @@ func filterPPrint(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 	); err != nil {
 		return exec.AsValue(exec.ErrInvalidCall(err))
 	}
+	// lowbit patch: the indent repeats on every line, checked before made.
+	compact, err := json.Marshal(in.Interface())
+	if err == nil {
+		if err := params.Budget.Build(exec.IndentedJSONSize(compact, 2)); err != nil {
+			return exec.AsValue(err)
+		}
+	}
 	b, err := json.MarshalIndent(in.Interface(), "", "  ")
 	if err != nil {
 		return exec.AsValue(errors.Wrapf(err, `Unable to pretty print '%s'`, in.String()))
@@ -968,6 +1014,14 @@ func filterReplace(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exe
 		exec.KeywordArgument("count", exec.AsValue(nil), takeValueArgument(&count)),
 	); err != nil {
 		return exec.AsValue(exec.ErrInvalidCall(err))
+	}
+	// lowbit patch: new repeats once per old found, checked before made.
+	n := -1
+	if !count.IsNil() {
+		n = count.Integer()
+	}
+	if err := params.Budget.Build(exec.ReplaceSize(in.String(), old, new, n)); err != nil {
+		return exec.AsValue(err)
 	}
 	if count.IsNil() {
 		return exec.AsValue(strings.ReplaceAll(in.String(), old, new))
@@ -1100,6 +1154,10 @@ func filterSlice(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.
 		return true
 	}, func() {})
 
+	// lowbit patch: there are as many slices as asked, checked before made.
+	if err := params.Budget.Build(exec.AddSizes(exec.MulSizes(slices, 8), exec.MulSizes(len(seq), 8))); err != nil {
+		return exec.AsValue(err)
+	}
 	itemsPerSlice := len(seq) / slices
 	slicesWithExtra := len(seq) % slices
 	offset := 0
@@ -1296,6 +1354,14 @@ func filterToJSON(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 		}
 		if !indent.IsInteger() {
 			return "", errors.Errorf("Expected an integer for 'indent', got %s", indent.String())
+		}
+		// lowbit patch: the indent repeats on every line, checked before made.
+		compact, err := stdjson.Marshal(value)
+		if err != nil {
+			return "", err
+		}
+		if err := params.Budget.Build(exec.IndentedJSONSize(compact, max(indent.Integer(), 0))); err != nil {
+			return "", err
 		}
 		b, err := stdjson.MarshalIndent(value, "", strings.Repeat(" ", indent.Integer()))
 		if err != nil {
@@ -1575,16 +1641,25 @@ func filterWordwrap(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *ex
 			lines = append(lines, "")
 			continue
 		}
-		current := words[0]
+		// lowbit patch: lines are built in a strings.Builder and their runes counted as they
+		// grow (re-counting and re-copying a line per word took time that grew with its square).
+		var current strings.Builder
+		current.WriteString(words[0])
+		runes := utf8.RuneCountInString(words[0])
 		for _, word := range words[1:] {
-			if len([]rune(current))+1+len([]rune(word)) <= width {
-				current += " " + word
+			n := utf8.RuneCountInString(word)
+			if runes+1+n <= width {
+				current.WriteString(" ")
+				current.WriteString(word)
+				runes += 1 + n
 				continue
 			}
-			lines = append(lines, current)
-			current = word
+			lines = append(lines, current.String())
+			current.Reset()
+			current.WriteString(word)
+			runes = n
 		}
-		lines = append(lines, current)
+		lines = append(lines, current.String())
 	}
 	return exec.AsValue(strings.Join(lines, "\n"))
 }
