@@ -46,7 +46,7 @@ type TemplateLimits struct {
 	// Default: 1 MiB, or 4 times the messages' size if more.
 	Output int
 	// Memory bounds the bytes of all the strings and lists the template builds, garbage
-	// included. Default: 16 times Output.
+	// included. Default: 64 MiB, or 16 times Output if more.
 	Memory int
 	// Iterations bounds the loop iterations. Default: 100,000.
 	Iterations int
@@ -64,7 +64,8 @@ type TemplateLimits struct {
 const (
 	defaultOutput     = 1 << 20
 	outputPerMessage  = 4 // times the messages' size, when more than defaultOutput
-	memoryPerOutput   = 16
+	defaultMemory     = 64 << 20
+	memoryPerOutput   = 16 // times Output, when more than defaultMemory
 	defaultIterations = 100_000
 	defaultDepth      = 200
 	defaultTime       = 2 * time.Second
@@ -83,7 +84,7 @@ func (l TemplateLimits) limits(msgs []Message) exec.Limits {
 		out.Output = max(defaultOutput, outputPerMessage*size)
 	}
 	if out.Memory <= 0 {
-		out.Memory = memoryPerOutput * out.Output
+		out.Memory = max(defaultMemory, memoryPerOutput*out.Output)
 	}
 	if out.Iterations <= 0 {
 		out.Iterations = defaultIterations

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/text/cases"
 	"golang.org/x/text/language"
 
+	"github.com/nikolalohinski/gonja/v2/builtins/methods/pystring"
 	"github.com/nikolalohinski/gonja/v2/exec"
 )
 
@@ -1324,7 +1325,8 @@ func filterTrim(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.V
 	if chars.IsNil() {
 		return exec.AsValue(strings.TrimSpace(in.String()))
 	}
-	return exec.AsValue(strings.Trim(in.String(), chars.String()))
+	// lowbit patch: strings.Trim takes time that grows with len(chars) for every rune trimmed.
+	return exec.AsValue(strings.TrimFunc(in.String(), pystring.RuneSet(chars.String())))
 }
 
 func filterToJSON(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {

@@ -125,7 +125,7 @@ func (e *Evaluator) evalBinaryExpression(node *nodes.BinaryExpression) *Value {
 				v.Val = reflect.Append(v.Val, right.getResolvedValue().Index(ix))
 			}
 
-			return e.built(v) // lowbit patch
+			return e.collected(v) // lowbit patch
 		}
 		if left.IsFloat() || right.IsFloat() {
 			// Result will be a float
@@ -281,7 +281,7 @@ func (e *Evaluator) evalList(node *nodes.List) *Value {
 		value := e.Eval(val)
 		values = append(values, value)
 	}
-	return e.built(AsValue(values))
+	return e.collected(AsValue(values))
 }
 
 func (e *Evaluator) evalTuple(node *nodes.Tuple) *Value {
@@ -290,13 +290,21 @@ func (e *Evaluator) evalTuple(node *nodes.Tuple) *Value {
 		value := e.Eval(val)
 		values = append(values, value)
 	}
-	return e.built(AsValue(values))
+	return e.collected(AsValue(values))
 }
 
 // built returns v, a value just built, or the error of the budget's limit it goes past
 // (lowbit patch).
 func (e *Evaluator) built(v *Value) *Value {
 	if err := e.budget().Value(v); err != nil {
+		return AsValue(err)
+	}
+	return v
+}
+
+// collected is built for a list or a dict of values already made (see Budget.Collect).
+func (e *Evaluator) collected(v *Value) *Value {
+	if err := e.budget().Collect(v); err != nil {
 		return AsValue(err)
 	}
 	return v
@@ -311,7 +319,7 @@ func (e *Evaluator) evalDict(node *nodes.Dict) *Value {
 		}
 		pairs = append(pairs, p.Interface().(*Pair))
 	}
-	return e.built(AsValue(&Dict{pairs}))
+	return e.collected(AsValue(&Dict{pairs}))
 }
 
 func (e *Evaluator) evalPair(node *nodes.Pair) *Value {

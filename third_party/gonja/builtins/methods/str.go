@@ -2,6 +2,7 @@ package methods
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/nikolalohinski/gonja/v2/builtins/methods/pyerrors"
@@ -516,7 +517,22 @@ func checkWidth(arguments *exec.VarArgs, width int, fillchar string) error {
 }
 
 // checkFormat checks, before it is made, what format makes of the arguments (lowbit patch).
+// Like Python, it refuses replacement fields nested more than twice (the formatter recurses
+// and rescans once per level).
 func checkFormat(format string, arguments *exec.VarArgs) error {
+	depth := 0
+	for i := 0; i < len(format); i++ {
+		switch {
+		case depth == 0 && i+1 < len(format) && format[i] == format[i+1] && (format[i] == '{' || format[i] == '}'):
+			i++ // an escaped brace
+		case format[i] == '{':
+			if depth++; depth > 2 {
+				return exec.ErrInvalidCall(fmt.Errorf("%w: Max string recursion exceeded", pyerrors.ErrValue))
+			}
+		case format[i] == '}' && depth > 0:
+			depth--
+		}
+	}
 	args := append([]*exec.Value{}, arguments.Args...)
 	for _, v := range arguments.KwArgs {
 		args = append(args, v)

@@ -1,6 +1,5 @@
 package pystring
 
-import "strings"
 
 // LStrip returns a copy of the string with leading characters removed. The chars
 // argument is a string specifying the set of characters to be removed. If omitted
@@ -27,8 +26,9 @@ func LStrip(s string, cutset string) string {
 	}
 	cutFrom := 0
 
+	in := RuneSet(cutset)
 	for i, c := range s {
-		if !strings.ContainsRune(cutset, c) {
+		if !in(c) {
 			break
 		}
 		cutFrom = i + 1

@@ -183,6 +183,20 @@ func (b *Budget) Value(v *Value) error {
 	return b.charge(n)
 }
 
+// Collect checks a list or a dict just built of values already made (a literal, a sum of
+// lists) as Value does, but charges only its own slots: the values it holds were charged when
+// they were made, and charging them again each time a list grows by one would take the
+// square of its length.
+func (b *Budget) Collect(v *Value) error {
+	if b == nil {
+		return nil
+	}
+	if _, err := b.Measure(v); err != nil {
+		return err
+	}
+	return b.charge(MulSizes(max(v.Len(), 1), 8))
+}
+
 // Measure returns the size of v written out, roughly: a string its length, any other
 // scalar and any item or key at least 8 bytes. It fails once v is larger than the Output
 // limit or deeper than the Depth limit, so it costs no more than that.
@@ -194,72 +208,35 @@ func (b *Budget) Measure(v *Value) (int, error) {
 		return 0, b.err
 	}
 	total := 0
-	if err := b.measure(v.Val, 0, &total); err != nil {
+	if err := b.measure(v.Interface(), 0, &total, 0); err != nil {
 		return 0, err
 	}
 	return total, nil
 }
 
-var typeOfBigInt = reflect.TypeFor[*big.Int]()
-
-func (b *Budget) measure(v reflect.Value, depth int, total *int) error {
+// measure adds the size of x to total; self, when not 0, is a map x must not hold.
+func (b *Budget) measure(x any, depth int, total *int, self uintptr) error {
 	if b.limits.Depth > 0 && depth > b.limits.Depth {
 		return b.fail("nesting deeper than %d", b.limits.Depth)
 	}
-	if b.limits.Output > 0 && *total > b.limits.Output {
-		return b.fail("a value exceeds %s output limit", byteSize(b.limits.Output))
-	}
-	for v.IsValid() && (v.Kind() == reflect.Interface || v.Kind() == reflect.Pointer) && !v.IsNil() {
-		switch {
-		case v.Type() == typeOfValuePtr:
-			v = v.Interface().(*Value).Val
-		case v.Type() == typeOfBigInt:
-			*total += max(8, v.Interface().(*big.Int).BitLen()/3+1)
-			return nil
-		case v.Kind() == reflect.Pointer && v.Elem().Kind() != reflect.Struct:
-			v = v.Elem()
-		case v.Kind() == reflect.Pointer && v.Elem().Type() != TypeDict:
-			*total += 8 // an object (loop, cycler, ...): its fields are not the template's values
-			return nil
-		default:
-			v = v.Elem()
-		}
+	if v := reflect.ValueOf(x); self != 0 && depth > 0 && v.Kind() == reflect.Map && v.Pointer() == self {
+		return b.fail("a value cannot contain itself")
 	}
 	size := 8
-	switch {
-	case !v.IsValid():
-	case v.Kind() == reflect.String:
-		size = max(size, v.Len())
-	case (v.Kind() == reflect.Slice || v.Kind() == reflect.Array) && v.Type().Elem().Kind() == reflect.Uint8:
-		size = max(size, v.Len())
-	case v.Kind() == reflect.Slice || v.Kind() == reflect.Array:
-		for i := 0; i < v.Len(); i++ {
-			if err := b.measure(v.Index(i), depth+1, total); err != nil {
-				return err
-			}
-		}
+	err := b.items(x, func(item any) error {
 		size = 0
-	case v.Kind() == reflect.Map:
-		it := v.MapRange()
-		for it.Next() {
-			if err := b.measure(it.Key(), depth+1, total); err != nil {
-				return err
-			}
-			if err := b.measure(it.Value(), depth+1, total); err != nil {
-				return err
-			}
-		}
-		size = 0
-	case v.Type() == TypeDict:
-		for _, p := range v.Interface().(Dict).Pairs {
-			if err := b.measure(reflect.ValueOf(p.Key), depth+1, total); err != nil {
-				return err
-			}
-			if err := b.measure(reflect.ValueOf(p.Value), depth+1, total); err != nil {
-				return err
-			}
-		}
-		size = 0
+		return b.measure(item, depth+1, total, self)
+	})
+	if err != nil {
+		return err
+	}
+	switch x := x.(type) {
+	case string:
+		size = max(size, len(x))
+	case []byte:
+		size = max(size, len(x))
+	case *big.Int:
+		size = max(size, x.BitLen()/3+1)
 	}
 	*total += size
 	if b.limits.Output > 0 && *total > b.limits.Output {
@@ -268,77 +245,104 @@ func (b *Budget) measure(v reflect.Value, depth int, total *int) error {
 	return nil
 }
 
-// Assign checks that storing value into the container target ({% set ns.x = value %})
-// makes no cycle, which would make every later walk over target endless, and that target
-// stays within the limits afterwards (checked by the caller once stored, with Value).
-func (b *Budget) Assign(target, value *Value) error {
+// items calls f with every key and item of x if x is a list or a dict (the common kinds
+// first, without reflection, which allocates), and nothing else: a string or a number has
+// none, and an object (a loop, a cycler) holds none of the template's values.
+func (b *Budget) items(x any, f func(any) error) error {
+	switch x := x.(type) {
+	case nil, string, []byte, bool, int, float64, *big.Int:
+		return nil
+	case *Value:
+		return f(x.Interface())
+	case []any:
+		for _, item := range x {
+			if err := f(item); err != nil {
+				return err
+			}
+		}
+		return nil
+	case ValuesList:
+		for _, item := range x {
+			if err := f(item); err != nil {
+				return err
+			}
+		}
+		return nil
+	case []int: // a range
+		for range x {
+			if err := f(nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	case map[string]any:
+		for k, item := range x {
+			if err := f(k); err != nil {
+				return err
+			}
+			if err := f(item); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *Dict:
+		return b.items(*x, f)
+	case Dict:
+		for _, p := range x.Pairs {
+			if err := f(p.Key); err != nil {
+				return err
+			}
+			if err := f(p.Value); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	v := reflect.ValueOf(x)
+	switch v.Kind() {
+	case reflect.Slice, reflect.Array:
+		if v.Type().Elem().Kind() == reflect.Uint8 {
+			return nil
+		}
+		for i := 0; i < v.Len(); i++ {
+			if err := f(v.Index(i).Interface()); err != nil {
+				return err
+			}
+		}
+	case reflect.Map:
+		it := v.MapRange()
+		for it.Next() {
+			if err := f(it.Key().Interface()); err != nil {
+				return err
+			}
+			if err := f(it.Value().Interface()); err != nil {
+				return err
+			}
+		}
+	case reflect.Pointer:
+		if !v.IsNil() && v.Elem().Kind() != reflect.Struct && v.Elem().CanInterface() {
+			return f(v.Elem().Interface())
+		}
+	}
+	return nil
+}
+
+// Assigned checks target, a list or a dict, after a value was stored in it ({% set ns.x =
+// value %}): within the limits, as any value, and not holding itself, which would make every
+// later walk over it endless.
+func (b *Budget) Assigned(target *Value) error {
 	if b == nil {
 		return nil
 	}
 	if b.err != nil {
 		return b.err
 	}
-	t := target.getResolvedValue()
-	if t.Kind() != reflect.Map || t.IsNil() {
-		return nil
+	total := 0
+	var self uintptr
+	if t := target.getResolvedValue(); t.Kind() == reflect.Map {
+		self = t.Pointer()
 	}
-	count := 0
-	if b.reaches(reflect.ValueOf(value), t.Pointer(), 0, &count) {
-		return b.fail("a value cannot contain itself")
-	}
-	return b.Err()
-}
-
-// reaches reports whether v leads to the map at p. Values already passed Value, so the walk
-// is as bounded as Measure; count stops it early if not.
-func (b *Budget) reaches(v reflect.Value, p uintptr, depth int, count *int) bool {
-	*count++
-	switch {
-	case b.err != nil:
-		return false
-	case b.limits.Depth > 0 && depth > b.limits.Depth:
-		b.fail("nesting deeper than %d", b.limits.Depth)
-		return false
-	case b.limits.Output > 0 && *count > b.limits.Output:
-		b.fail("a value exceeds %s output limit", byteSize(b.limits.Output))
-		return false
-	}
-	for v.IsValid() && (v.Kind() == reflect.Interface || v.Kind() == reflect.Pointer) && !v.IsNil() {
-		if v.Type() == typeOfValuePtr {
-			v = v.Interface().(*Value).Val
-			continue
-		}
-		if v.Kind() == reflect.Pointer && v.Elem().Kind() == reflect.Struct && v.Elem().Type() != TypeDict {
-			return false
-		}
-		v = v.Elem()
-	}
-	switch {
-	case !v.IsValid():
-	case v.Kind() == reflect.Map:
-		if v.Pointer() == p {
-			return true
-		}
-		it := v.MapRange()
-		for it.Next() {
-			if b.reaches(it.Value(), p, depth+1, count) {
-				return true
-			}
-		}
-	case (v.Kind() == reflect.Slice || v.Kind() == reflect.Array) && v.Type().Elem().Kind() != reflect.Uint8:
-		for i := 0; i < v.Len(); i++ {
-			if b.reaches(v.Index(i), p, depth+1, count) {
-				return true
-			}
-		}
-	case v.Kind() == reflect.Struct && v.Type() == TypeDict:
-		for _, pair := range v.Interface().(Dict).Pairs {
-			if b.reaches(reflect.ValueOf(pair.Value), p, depth+1, count) {
-				return true
-			}
-		}
-	}
-	return false
+	return b.measure(target.Interface(), 0, &total, self)
 }
 
 // PrintfSize bounds the length of fmt.Sprintf(format, args...): the format, and for every
@@ -494,13 +498,16 @@ func MulSizes(a, b int) int {
 	return a * b
 }
 
-// byteSize writes n bytes the way a limit is written: 1 MiB, 64 KiB, 100 bytes.
+// byteSize writes n bytes the way a limit is written: 1 MiB, 130.4 MiB, 64 KiB, 100 bytes.
 func byteSize(n int) string {
+	unit := func(size float64, name string) string {
+		return strings.TrimSuffix(strconv.FormatFloat(size, 'f', 1, 64), ".0") + " " + name
+	}
 	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return strconv.Itoa(n>>20) + " MiB"
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return strconv.Itoa(n>>10) + " KiB"
+	case n >= 1<<20:
+		return unit(float64(n)/(1<<20), "MiB")
+	case n >= 1<<10:
+		return unit(float64(n)/(1<<10), "KiB")
 	}
 	return thousands(n) + " bytes"
 }

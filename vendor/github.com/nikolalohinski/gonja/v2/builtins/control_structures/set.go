@@ -77,13 +77,10 @@ func (scs *SetControlStructure) Execute(r *exec.Renderer, tag *nodes.ControlStru
 		if target.IsError() {
 			return errors.Wrapf(target, `Unable to evaluate target %s`, n)
 		}
-		if err := r.Environment.Budget.Assign(target, value); err != nil { // lowbit patch
-			return err
-		}
 		if err := target.Set(exec.AsValue(n.Attribute), value.Interface()); err != nil {
 			return errors.Wrapf(err, `Unable to set value on "%s"`, n.Attribute)
 		}
-		if _, err := r.Environment.Budget.Measure(target); err != nil { // lowbit patch
+		if err := r.Environment.Budget.Assigned(target); err != nil { // lowbit patch
 			return err
 		}
 	case *nodes.GetItem:
@@ -95,13 +92,10 @@ func (scs *SetControlStructure) Execute(r *exec.Renderer, tag *nodes.ControlStru
 		if arg.IsError() {
 			return errors.Wrapf(target, `Unable to evaluate argument %s`, n.Arg)
 		}
-		if err := r.Environment.Budget.Assign(target, value); err != nil { // lowbit patch
-			return err
-		}
 		if err := target.Set(arg, value.Interface()); err != nil {
 			return errors.Wrapf(err, `Unable to set value on "%s"`, n.Arg)
 		}
-		if _, err := r.Environment.Budget.Measure(target); err != nil { // lowbit patch
+		if err := r.Environment.Budget.Assigned(target); err != nil { // lowbit patch
 			return err
 		}
 	default:
