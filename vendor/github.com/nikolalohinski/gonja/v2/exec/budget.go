@@ -23,7 +23,7 @@ type Limits struct {
 	Output int
 	// Memory bounds the bytes of all values built and text written, garbage included.
 	Memory int
-	// Iterations bounds the loop iterations and range items.
+	// Iterations bounds the loop iterations, counted as a loop takes its items.
 	Iterations int
 	// Depth bounds the nesting of expressions, blocks and calls, and of values.
 	Depth int
@@ -223,7 +223,7 @@ func (b *Budget) measure(x any, depth int, total *int, self uintptr) error {
 		return b.fail("a value cannot contain itself")
 	}
 	size := 8
-	err := b.items(x, func(item any) error {
+	err := eachItem(x, func(item any) error {
 		size = 0
 		return b.measure(item, depth+1, total, self)
 	})
@@ -245,14 +245,17 @@ func (b *Budget) measure(x any, depth int, total *int, self uintptr) error {
 	return nil
 }
 
-// items calls f with every key and item of x if x is a list or a dict (the common kinds
+// eachItem calls f with every key and item of x if x is a list or a dict (the common kinds
 // first, without reflection, which allocates), and nothing else: a string or a number has
 // none, and an object (a loop, a cycler) holds none of the template's values.
-func (b *Budget) items(x any, f func(any) error) error {
+func eachItem(x any, f func(any) error) error {
 	switch x := x.(type) {
 	case nil, string, []byte, bool, int, float64, *big.Int:
 		return nil
 	case *Value:
+		if x == nil {
+			return nil
+		}
 		return f(x.Interface())
 	case []any:
 		for _, item := range x {
@@ -286,7 +289,10 @@ func (b *Budget) items(x any, f func(any) error) error {
 		}
 		return nil
 	case *Dict:
-		return b.items(*x, f)
+		if x == nil {
+			return nil
+		}
+		return eachItem(*x, f)
 	case Dict:
 		for _, p := range x.Pairs {
 			if err := f(p.Key); err != nil {
@@ -483,7 +489,7 @@ func IndentedJSONSize(compact []byte, indent int) int {
 	return size
 }
 
-// AddSizes and MulSizes return a+b and a*b, or -1 (past int) rather than overflow.
+// AddSizes returns a+b, sizes, or -1 (past int) rather than overflow.
 func AddSizes(a, b int) int {
 	if a < 0 || b < 0 || a > int(^uint(0)>>1)-b {
 		return -1
@@ -491,6 +497,7 @@ func AddSizes(a, b int) int {
 	return a + b
 }
 
+// MulSizes returns a*b, sizes, or -1 (past int) rather than overflow.
 func MulSizes(a, b int) int {
 	if a < 0 || b < 0 || a != 0 && b > int(^uint(0)>>1)/a {
 		return -1
