@@ -57,13 +57,14 @@ type TemplateLimits struct {
 	Time time.Duration
 }
 
-// Default limits. Real templates (testdata and shared/tokenizers) render about the messages'
-// size, build no more than 9 times it in all, nest up to 17 levels, loop twice over the
-// messages and take 60ms for 600 messages of 2 KB; a loop iteration costs the engine about
-// 2.5µs, so 100,000 of them end a runaway loop in a quarter of a second.
+// Default limits, far above what real templates need: they render about the messages' size,
+// build a few times it in all, nest a dozen levels, loop a few times over the messages and
+// take milliseconds. A loop iteration costs gonja microseconds, so 100,000 of them end a
+// runaway loop in a fraction of a second.
 const (
 	defaultOutput     = 1 << 20
-	outputPerMessage  = 4 // times the messages' size, when more than defaultOutput
+	outputPerMessage  = 4  // times the messages' size, when more than defaultOutput
+	messageOverhead   = 64 // what a message weighs besides its text, as gonja counts values
 	defaultMemory     = 64 << 20
 	memoryPerOutput   = 16 // times Output, when more than defaultMemory
 	defaultIterations = 100_000
@@ -97,10 +98,6 @@ func (l TemplateLimits) limits(msgs []Message) exec.Limits {
 	}
 	return out
 }
-
-// messageOverhead is what a message weighs besides its text, as the template engine
-// counts values (a dict of two keys).
-const messageOverhead = 64
 
 // LoadChatTemplate reads the chat template of the model in dir: chat_template.jinja if
 // present, else tokenizer_config.json's chat_template. It returns nil, nil when the model

@@ -1,6 +1,5 @@
 package pystring
 
-
 // RStrip returns a copy of the string with trailing characters removed. The chars
 // argument is a string specifying the set of characters to be removed. If
 // omitted or None, the chars argument defaults to removing whitespace. The
@@ -31,7 +30,7 @@ func RStrip(s string, cutset string) string {
 	// index as if it were a byte index, mangling non-ASCII input.
 	runes := []rune(s)
 	cutTo := len(runes)
-	in := RuneSet(cutset)
+	in := RuneSet(cutset) // lowbit patch: strings.ContainsRune took len(cutset) a rune
 	for i := len(runes) - 1; i >= 0; i-- {
 		if !in(runes[i]) {
 			break

@@ -1200,6 +1200,9 @@ func filterSort(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.V
 		return true
 	}, func() {})
 
+	// lowbit patch: the attributes are split once, not once per comparison, and every one
+	// compared is a step of the budget's clock, which ends a sort by very many of them.
+	attributes := strings.Split(attribute.String(), ",")
 	sort.SliceStable(items, func(i, j int) bool {
 		if attribute.IsNil() {
 			comparison := compareValues(items[i], items[j], caseSensitive)
@@ -1209,7 +1212,10 @@ func filterSort(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.V
 			return comparison < 0
 		}
 
-		for _, attr := range strings.Split(attribute.String(), ",") {
+		for _, attr := range attributes {
+			if params.Budget.Step() != nil {
+				return false
+			}
 			left, _ := resolveAttributePath(items[i], attr, nil)
 			right, _ := resolveAttributePath(items[j], attr, nil)
 			comparison := compareValues(left, right, caseSensitive)
@@ -1539,9 +1545,19 @@ var (
 	filterURLizeDomainRegexp = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*\.[A-Za-z]{2,}[A-Za-z0-9./_-]*$`)
 )
 
-func filterUrlizeHelper(input string, trimURLLimit int, rel string, target string, extraSchemes []string) (string, error) {
+func filterUrlizeHelper(input string, trimURLLimit int, rel string, target string, extraSchemes []string, budget *exec.Budget) (string, error) {
 	parts := strings.Split(input, " ")
+	// lowbit patch: every link repeats rel and target (and escapes its word, up to 9 times
+	// longer), checked before made; every word, compared with every extra scheme, is a step
+	// of the budget's clock.
+	size := exec.AddSizes(exec.MulSizes(len(input), 9), exec.MulSizes(len(parts), exec.AddSizes(len(rel)+64, len(target))))
+	if err := budget.Build(size); err != nil {
+		return "", err
+	}
 	for idx, part := range parts {
+		if err := budget.Step(); err != nil {
+			return "", err
+		}
 		link, ok := urlizeToken(part, trimURLLimit, rel, target, extraSchemes)
 		if ok {
 			parts[idx] = link
@@ -1603,7 +1619,7 @@ func filterUrlize(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 		relValue = strings.Join(parts, " ")
 	}
 
-	s, err := filterUrlizeHelper(in.String(), trimURLLimit, relValue, target.String(), extraSchemes)
+	s, err := filterUrlizeHelper(in.String(), trimURLLimit, relValue, target.String(), extraSchemes, params.Budget)
 	if err != nil {
 		return exec.AsValue(err)
 	}
