@@ -313,7 +313,7 @@ func TestChatTemplateLimitErrorsNameTheFile(t *testing.T) {
 func TestSharedChatTemplatesWithinLimits(t *testing.T) {
 	root := filepath.Join(filepath.Dir(testmodels.Dir(t)), "tokenizers")
 	msgs := []Message{{Role: "system", Content: "Be brief."}}
-	for i := range 300 {
+	for i := range 150 {
 		msgs = append(msgs, Message{Role: "user", Content: strings.Repeat("question ", 100+i)},
 			Message{Role: "assistant", Content: strings.Repeat("<think>x</think> answer ", 50+i)})
 	}
