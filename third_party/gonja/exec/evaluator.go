@@ -38,6 +38,10 @@ func (e *Evaluator) Eval(node nodes.Expression) *Value {
 		return AsValue(err)
 	}
 	defer e.budget().Leave()
+	return e.budget().ShortError(e.eval(node))
+}
+
+func (e *Evaluator) eval(node nodes.Expression) *Value {
 	switch n := node.(type) {
 	case *nodes.None:
 		return AsValue(nil)

@@ -6,6 +6,7 @@ package exec
 // bounds are checked inside evaluation, before anything is built.
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -195,6 +196,25 @@ func (b *Budget) Collect(v *Value) error {
 		return err
 	}
 	return b.charge(MulSizes(max(v.Len(), 1), 8))
+}
+
+// maxErrorText bounds the text of an error, to which every level of evaluation adds a clause
+// quoting its expression.
+const maxErrorText = 4096
+
+// ShortError returns v or, if v is an error of a long text, a plain error of that text
+// shortened (in the middle): the text of a chain of errors many levels deep took the square
+// of the depth to make, and each level may quote a large expression or value.
+func (b *Budget) ShortError(v *Value) *Value {
+	if b == nil || !v.IsError() {
+		return v
+	}
+	msg := v.Error()
+	if len(msg) <= maxErrorText {
+		return v
+	}
+	head, tail := msg[:maxErrorText/2], msg[len(msg)-maxErrorText/2:]
+	return AsValue(errors.New(strings.ToValidUTF8(head, "") + " ... " + strings.ToValidUTF8(tail, "")))
 }
 
 // Measure returns the size of v written out, roughly: a string its length, any other
