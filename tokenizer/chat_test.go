@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -203,7 +202,7 @@ func hostileTemplates() []struct{ name, src, want string } {
 
 // smallLimits keep the hostile templates quick.
 func smallLimits() TemplateLimits {
-	return TemplateLimits{Output: 4 << 10, Memory: 64 << 10, Iterations: 1000, Depth: 50, Time: time.Second}
+	return TemplateLimits{Output: 4 << 10, Memory: 64 << 10, Iterations: 1000, Depth: 50, Time: time.Minute}
 }
 
 func TestChatTemplateLimits(t *testing.T) {
@@ -257,15 +256,15 @@ func TestChatTemplateBoundedNeighbours(t *testing.T) {
 }
 
 // TestChatTemplateDefaultLimits renders the cases of the issue under the default limits: each
-// ends in its error at once, having built little.
+// ends in its error at once, having built little. The clock, tested apart, is set long so
+// that a loaded machine does not stop them first.
 func TestChatTemplateDefaultLimits(t *testing.T) {
 	for _, tc := range []struct{ src, want string }{
 		{"{{ 'a' * 100000000000 }}", "chat template: a value of 100,000,000,000 bytes exceeds 1 MiB output limit"},
 		{"{% set ns = namespace(s='a') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}", "exceeds 1 MiB output limit"},
 		{"{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "chat template: nesting deeper than 200"},
 		{"{{ " + strings.Repeat("(", 100000) + "1" + strings.Repeat(")", 100000) + " }}", "nesting deeper than 200"},
-		// A loaded machine may take the 2s of the time limit first: either ends it.
-		{"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "chat template: loop iterations exceed 100,000|chat template: rendering took longer than 2s"},
+		{"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "chat template: loop iterations exceed 100,000"},
 		// An error many levels deep, each quoting its expression: a large literal.
 		{"{{ " + strings.Repeat("(", 150) + "nofunc() ~ '" + strings.Repeat("A", 1<<19) + "'" + strings.Repeat(" ~ 1)", 150) + " }}", "nofunc is not callable"},
 	} {
@@ -273,10 +272,11 @@ func TestChatTemplateDefaultLimits(t *testing.T) {
 		runtime.ReadMemStats(&before)
 		c, err := NewChatTemplate(tc.src, "<s>", "</s>")
 		if err == nil {
+			c.Limits.Time = time.Minute
 			_, err = c.Render([]Message{{Role: "user", Content: "hi"}}, true)
 		}
 		runtime.ReadMemStats(&after)
-		if err == nil || !slices.ContainsFunc(strings.Split(tc.want, "|"), func(want string) bool { return strings.Contains(err.Error(), want) }) {
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%.60s: err = %v, want %q", tc.src, err, tc.want)
 		}
 		if built := after.TotalAlloc - before.TotalAlloc; built > 512<<20 {
@@ -346,9 +346,10 @@ func TestSharedChatTemplatesWithinLimits(t *testing.T) {
 			return nil
 		}
 		found++
-		// Half or a quarter of the defaults: real templates stay well inside them.
+		// Half or a quarter of the defaults: real templates stay well inside them (the clock
+		// aside: a loaded machine must not make this test fail).
 		l := TemplateLimits{}.limits(msgs)
-		c.Limits = TemplateLimits{Output: l.Output / 2, Memory: l.Memory / 4, Iterations: l.Iterations / 4, Depth: l.Depth / 4}
+		c.Limits = TemplateLimits{Output: l.Output / 2, Memory: l.Memory / 4, Iterations: l.Iterations / 4, Depth: l.Depth / 4, Time: time.Minute}
 		var limit *exec.LimitError
 		if _, err := c.Render(msgs, true); errors.As(err, &limit) {
 			t.Errorf("%s: %v", path, err)
