@@ -27,3 +27,6 @@ require (
 	golang.org/x/exp v0.0.0-20240719175910-8a7402abbf56 // indirect
 	golang.org/x/text v0.23.0 // indirect
 )
+
+// gonja bounded: output, memory, loop iterations, nesting and time (see third_party/gonja/README.md).
+replace github.com/nikolalohinski/gonja/v2 => ./third_party/gonja

@@ -16,6 +16,7 @@ import (
 	"github.com/nikolalohinski/gonja/v2/config"
 	"github.com/nikolalohinski/gonja/v2/exec"
 	"github.com/nikolalohinski/gonja/v2/loaders"
+	"github.com/nikolalohinski/gonja/v2/parser"
 )
 
 // Message is one turn of a conversation.
@@ -31,7 +32,71 @@ type ChatTemplate struct {
 	Source string
 	// BOS and EOS are the bos_token and eos_token strings the template sees.
 	BOS, EOS string
-	tpl      *exec.Template
+	// Limits bounds every Render; its zero fields take the defaults.
+	Limits TemplateLimits
+	path   string // the template's file, for errors; "" when not known
+	tpl    *exec.Template
+}
+
+// TemplateLimits bounds one rendering of a chat template, so that a hostile template ends in
+// an error naming the limit instead of exhausting memory, the stack or time. A zero field
+// takes its default.
+type TemplateLimits struct {
+	// Output bounds the rendered text, and any one string or list the template builds.
+	// Default: 1 MiB, or 4 times the messages' size if more.
+	Output int
+	// Memory bounds the bytes of all the strings and lists the template builds, garbage
+	// included. Default: 64 MiB, or 16 times Output if more.
+	Memory int
+	// Iterations bounds the loop iterations. Default: 100,000.
+	Iterations int
+	// Depth bounds the nesting of blocks, expressions, values and macro calls. Default: 200.
+	// Parsing always uses the default.
+	Depth int
+	// Time bounds the rendering's wall-clock time. Default: 2s.
+	Time time.Duration
+}
+
+// Default limits, far above what real templates need: they render about the messages' size,
+// build a few times it in all, nest a dozen levels, loop a few times over the messages and
+// take milliseconds. A loop iteration costs gonja microseconds, so 100,000 of them end a
+// runaway loop in a fraction of a second.
+const (
+	defaultOutput     = 1 << 20
+	outputPerMessage  = 4  // times the messages' size, when more than defaultOutput
+	messageOverhead   = 64 // what a message weighs besides its text, as gonja counts values
+	defaultMemory     = 64 << 20
+	memoryPerOutput   = 16 // times Output, when more than defaultMemory
+	defaultIterations = 100_000
+	defaultDepth      = 200
+	defaultTime       = 2 * time.Second
+	// maxTemplateSize bounds a template's source: real ones are a few KB.
+	maxTemplateSize = 1 << 20
+)
+
+// limits returns l's bounds for rendering msgs, defaults filled in.
+func (l TemplateLimits) limits(msgs []Message) exec.Limits {
+	out := exec.Limits{Output: l.Output, Memory: l.Memory, Iterations: l.Iterations, Depth: l.Depth, Time: l.Time}
+	if out.Output <= 0 {
+		size := 0
+		for _, m := range msgs {
+			size += len(m.Role) + len(m.Content) + messageOverhead
+		}
+		out.Output = max(defaultOutput, outputPerMessage*size)
+	}
+	if out.Memory <= 0 {
+		out.Memory = max(defaultMemory, memoryPerOutput*out.Output)
+	}
+	if out.Iterations <= 0 {
+		out.Iterations = defaultIterations
+	}
+	if out.Depth <= 0 {
+		out.Depth = defaultDepth
+	}
+	if out.Time <= 0 {
+		out.Time = defaultTime
+	}
+	return out
 }
 
 // LoadChatTemplate reads the chat template of the model in dir: chat_template.jinja if
@@ -42,17 +107,15 @@ func LoadChatTemplate(dir string) (*ChatTemplate, error) {
 	if err != nil {
 		return nil, err
 	}
-	src := ""
 	path := filepath.Join(dir, "chat_template.jinja")
-	if b, err := os.ReadFile(path); err == nil {
-		src = string(b)
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("tokenizer: %w", err)
-	} else {
+	src, err := readTemplateFile(path)
+	if errors.Is(err, os.ErrNotExist) {
 		path = filepath.Join(dir, "tokenizer_config.json")
 		if src, err = cfg.chatTemplate(); err != nil {
 			return nil, fmt.Errorf("tokenizer: %s: chat_template: %w", path, err)
 		}
+	} else if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	if src == "" {
 		return nil, nil
@@ -61,20 +124,42 @@ func LoadChatTemplate(dir string) (*ChatTemplate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
 	}
+	c.path = path
 	return c, nil
+}
+
+// readTemplateFile reads a template file no larger than maxTemplateSize.
+func readTemplateFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxTemplateSize+1))
+	if err != nil {
+		return "", err
+	}
+	if len(b) > maxTemplateSize {
+		return "", fmt.Errorf("%s: chat template larger than %d MiB", path, maxTemplateSize>>20)
+	}
+	return string(b), nil
 }
 
 // NewChatTemplate compiles a Jinja chat template.
 func NewChatTemplate(src, bos, eos string) (c *ChatTemplate, err error) {
+	if len(src) > maxTemplateSize {
+		return nil, fmt.Errorf("chat template larger than %d MiB", maxTemplateSize>>20)
+	}
 	defer func() {
 		if r := recover(); r != nil {
-			c, err = nil, fmt.Errorf("chat template does not parse: %v", r)
+			c, err = nil, fmt.Errorf("chat template does not parse: %s", clip(fmt.Sprint(r)))
 		}
 	}()
 	cfg := config.New()
 	cfg.TrimBlocks = true
 	cfg.LeftStripBlocks = true
 	cfg.KeepTrailingNewline = false
+	cfg.MaxNesting = defaultDepth
 	ctx := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
 	ctx.Set("strftime_now", func(format string) string { return strftime(time.Now(), format) })
 	filters := exec.NewFilterSet(map[string]exec.FilterFunction{}).Update(builtins.Filters)
@@ -85,28 +170,52 @@ func NewChatTemplate(src, bos, eos string) (c *ChatTemplate, err error) {
 		Context:           ctx,
 		Filters:           filters,
 		Tests:             builtins.Tests,
-		ControlStructures: builtins.ControlStructures,
+		ControlStructures: controlStructures(),
 		Methods:           builtins.Methods,
 	}
 	tpl, err := exec.NewTemplate("chat_template", cfg, onlyLoader{src}, env)
 	if err != nil {
-		return nil, fmt.Errorf("chat template does not parse: %w", err)
+		return nil, fmt.Errorf("chat template does not parse: %s", clip(err.Error()))
 	}
 	return &ChatTemplate{Source: src, BOS: bos, EOS: eos, tpl: tpl}, nil
 }
 
+// controlStructures are gonja's, less those that load other templates: a chat template has
+// none to load, and loading itself would recurse without end.
+func controlStructures() *exec.ControlStructureSet {
+	set := map[string]parser.ControlStructureParser{}
+	for _, name := range []string{"autoescape", "block", "break", "call", "continue", "do", "filter", "for",
+		"if", "macro", "raw", "set", "trans", "with"} {
+		if p, ok := builtins.ControlStructures.Get(name); ok {
+			set[name] = p
+		}
+	}
+	return exec.NewControlStructureSet(set)
+}
+
 // TemplateError is an error the template raised itself (raise_exception), e.g. for a
 // conversation whose roles do not alternate.
-type TemplateError struct{ Msg string }
+type TemplateError struct {
+	Msg  string
+	Path string // the template's file; "" when not known
+}
 
-func (e *TemplateError) Error() string { return "chat template: " + e.Msg }
+func (e *TemplateError) Error() string { return templateName(e.Path) + ": " + clip(e.Msg) }
+
+// templateName names a template in errors: by its file when known.
+func templateName(path string) string {
+	if path == "" {
+		return "chat template"
+	}
+	return "chat template " + path
+}
 
 // Render formats msgs into the prompt text; addGenerationPrompt appends the start of the
-// assistant's turn.
+// assistant's turn. It renders within c.Limits: past one, it returns an error naming it.
 func (c *ChatTemplate) Render(msgs []Message, addGenerationPrompt bool) (out string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			out, err = "", fmt.Errorf("chat template failed: %v", r)
+			out, err = "", fmt.Errorf("%s failed: %s", templateName(c.path), clip(fmt.Sprint(r)))
 		}
 	}()
 	list := make([]any, len(msgs))
@@ -120,18 +229,32 @@ func (c *ChatTemplate) Render(msgs []Message, addGenerationPrompt bool) (out str
 		"eos_token":             c.EOS,
 		"add_generation_prompt": addGenerationPrompt,
 		"raise_exception": func(msg string) (string, error) {
-			raised = &TemplateError{Msg: msg}
+			raised = &TemplateError{Msg: msg, Path: c.path}
 			return "", raised
 		},
 	})
-	s, err := c.tpl.ExecuteToString(data)
-	if err != nil {
-		if raised != nil {
-			return "", raised
-		}
-		return "", fmt.Errorf("chat template failed: %w", err)
+	var b strings.Builder
+	err = c.tpl.ExecuteLimited(&b, data, c.Limits.limits(msgs))
+	var limit *exec.LimitError
+	switch {
+	case errors.As(err, &limit):
+		return "", fmt.Errorf("%s: %w", templateName(c.path), limit)
+	case err != nil && raised != nil:
+		return "", raised
+	case err != nil:
+		return "", fmt.Errorf("%s failed: %s", templateName(c.path), clip(err.Error()))
 	}
-	return s, nil
+	return b.String(), nil
+}
+
+// clip shortens an engine's error message, which quotes values and nests a clause per
+// level and so may run to megabytes for a hostile template.
+func clip(msg string) string {
+	const most = 1000
+	if len(msg) <= most {
+		return msg
+	}
+	return strings.ToValidUTF8(msg[:most/2], "") + " ... " + strings.ToValidUTF8(msg[len(msg)-most/2:], "")
 }
 
 // onlyLoader serves the template itself and nothing else: templates cannot include files.
@@ -159,21 +282,28 @@ func filterToJSON(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 		indent = v.Integer()
 	}
 	var buf bytes.Buffer
-	if err := writePyJSON(&buf, in.Interface(), indent, 0); err != nil {
+	if err := writePyJSON(&buf, in.Interface(), indent, 0, params.Budget); err != nil {
 		return exec.AsValue(fmt.Errorf("tojson: %w", err))
 	}
 	return exec.AsSafeValue(buf.String())
 }
 
-func writePyJSON(w *bytes.Buffer, v any, indent, depth int) error {
+// writePyJSON writes v to w; the indents, which grow with indent and depth, are checked
+// against budget before they are written.
+func writePyJSON(w *bytes.Buffer, v any, indent, depth int, budget *exec.Budget) error {
 	if depth > 100 {
 		return errors.New("nested too deeply")
 	}
-	nl := func(d int) {
-		if indent > 0 {
-			w.WriteByte('\n')
-			w.WriteString(strings.Repeat(" ", indent*d))
+	nl := func(d int) error {
+		if indent <= 0 {
+			return nil
 		}
+		if err := budget.Write(w, exec.AddSizes(1, exec.MulSizes(indent, d))); err != nil {
+			return err
+		}
+		w.WriteByte('\n')
+		w.WriteString(strings.Repeat(" ", indent*d))
+		return nil
 	}
 	sep := ", "
 	if indent > 0 {
@@ -181,7 +311,7 @@ func writePyJSON(w *bytes.Buffer, v any, indent, depth int) error {
 	}
 	switch x := v.(type) {
 	case *exec.Value:
-		return writePyJSON(w, x.Interface(), indent, depth)
+		return writePyJSON(w, x.Interface(), indent, depth, budget)
 	case map[string]any:
 		keys := make([]string, 0, len(x))
 		for k := range x {
@@ -211,14 +341,18 @@ func writePyJSON(w *bytes.Buffer, v any, indent, depth int) error {
 			if i > 0 {
 				w.WriteString(sep)
 			}
-			nl(depth + 1)
+			if err := nl(depth + 1); err != nil {
+				return err
+			}
 			writeJSONString(w, k)
 			w.WriteString(": ")
-			if err := writePyJSON(w, x[k], indent, depth+1); err != nil {
+			if err := writePyJSON(w, x[k], indent, depth+1, budget); err != nil {
 				return err
 			}
 		}
-		nl(depth)
+		if err := nl(depth); err != nil {
+			return err
+		}
 		w.WriteByte('}')
 	case []any:
 		if len(x) == 0 {
@@ -230,12 +364,16 @@ func writePyJSON(w *bytes.Buffer, v any, indent, depth int) error {
 			if i > 0 {
 				w.WriteString(sep)
 			}
-			nl(depth + 1)
-			if err := writePyJSON(w, e, indent, depth+1); err != nil {
+			if err := nl(depth + 1); err != nil {
+				return err
+			}
+			if err := writePyJSON(w, e, indent, depth+1, budget); err != nil {
 				return err
 			}
 		}
-		nl(depth)
+		if err := nl(depth); err != nil {
+			return err
+		}
 		w.WriteByte(']')
 	case string:
 		writeJSONString(w, x)

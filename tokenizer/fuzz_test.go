@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"lowbit/internal/testmodels"
@@ -120,6 +121,41 @@ func FuzzEncodeDecode(f *testing.F) {
 			if sb.String() != dec {
 				t.Fatalf("%s: streaming %q != Decode %q", name, sb.String(), dec)
 			}
+		}
+	})
+}
+
+// FuzzChatTemplate renders any template over any message within small limits: it must end,
+// without a crash, in text no longer than the output limit or in an error, and soon.
+func FuzzChatTemplate(f *testing.F) {
+	var ref struct {
+		Templates map[string]string `json:"templates"`
+	}
+	readJSON(f, filepath.Join(testdata, "chat.json"), &ref)
+	for _, src := range ref.Templates {
+		f.Add(src, "Hello {{ x }} 'quoted' \u00e9", true)
+	}
+	for _, tc := range hostileTemplates() {
+		if len(tc.src) < 10000 {
+			f.Add(tc.src, "hi", false)
+		}
+	}
+	limits := TemplateLimits{Output: 16 << 10, Memory: 256 << 10, Iterations: 10000, Depth: 50, Time: 100 * time.Millisecond}
+	f.Fuzz(func(t *testing.T, src, content string, generate bool) {
+		c, err := NewChatTemplate(src, "<s>", "</s>")
+		if err != nil {
+			return
+		}
+		c.Limits = limits
+		msgs := []Message{{Role: "system", Content: content}, {Role: "user", Content: content}, {Role: "assistant", Content: "ok"}}
+		start := time.Now()
+		out, err := c.Render(msgs, generate)
+		// Checks between steps of the engine stop it soon after the time limit.
+		if took := time.Since(start); took > 20*limits.Time {
+			t.Fatalf("rendering took %v (limit %v), err %v", took, limits.Time, err)
+		}
+		if err == nil && len(out) > limits.Output {
+			t.Fatalf("output of %d bytes, more than the %d limit", len(out), limits.Output)
 		}
 	})
 }

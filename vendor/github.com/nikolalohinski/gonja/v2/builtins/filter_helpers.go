@@ -94,7 +94,9 @@ func resolveAttributePath(value *exec.Value, path string, defaultValue *exec.Val
 		return current, true
 	}
 
-	for _, part := range strings.Split(path, ".") {
+	// lowbit patch: split as it goes, since it stops at the first part not found (splitting
+	// a long path whole, once per item, took the product of both lengths).
+	for part := range strings.SplitSeq(path, ".") {
 		if current == nil || current.IsNil() {
 			if defaultValue != nil {
 				return defaultValue, true

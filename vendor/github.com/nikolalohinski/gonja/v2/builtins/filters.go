@@ -21,6 +21,7 @@ import (
 	"golang.org/x/text/cases"
 	"golang.org/x/text/language"
 
+	"github.com/nikolalohinski/gonja/v2/builtins/methods/pystring"
 	"github.com/nikolalohinski/gonja/v2/exec"
 )
 
@@ -143,6 +144,10 @@ func filterBatch(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.
 	}, func() {})
 	if len(row) > 0 {
 		if !fillWith.IsNil() {
+			// lowbit patch: the fill grows with linecount, checked before made.
+			if err := params.Budget.Build(exec.MulSizes(lineCount, 8)); err != nil {
+				return exec.AsValue(err)
+			}
 			for len(row) < lineCount {
 				row = append(row, fillWith.Interface())
 			}
@@ -185,6 +190,9 @@ func filterCenter(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 	slen := in.Len()
 	if width <= slen {
 		return in
+	}
+	if err := params.Budget.Build(width); err != nil { // lowbit patch: checked before made
+		return exec.AsValue(err)
 	}
 
 	spaces := width - slen
@@ -371,6 +379,14 @@ func filterFormat(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 	if in.IsError() {
 		return in
 	}
+	// lowbit patch: widths and repeated arguments grow the result, checked before made.
+	size, err := exec.PrintfSize(in.String(), params.Args, params.Budget)
+	if err == nil {
+		err = params.Budget.Build(size)
+	}
+	if err != nil {
+		return exec.AsValue(err)
+	}
 	args := []any{}
 	for _, arg := range params.Args {
 		args = append(args, arg.Interface())
@@ -447,6 +463,10 @@ func filterIndent(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 				if width < 0 {
 					indent = ""
 				} else {
+					// lowbit patch: checked before made.
+					if err := params.Budget.Build(width); err != nil {
+						return err
+					}
 					indent = strings.Repeat(" ", width)
 				}
 			case v.IsString():
@@ -463,6 +483,10 @@ func filterIndent(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 	}
 	if !in.IsString() {
 		return exec.AsValue(exec.ErrInvalidCall(fmt.Errorf("%s is not a string", in.String())))
+	}
+	// lowbit patch: every line takes the indent, checked before made.
+	if err := params.Budget.Build(exec.AddSizes(in.Len(), exec.MulSizes(strings.Count(in.String(), "\n")+1, len(indent)))); err != nil {
+		return exec.AsValue(err)
 	}
 	lines := strings.Split(in.String(), "\n")
 	for idx, line := range lines {
@@ -526,6 +550,11 @@ func filterInteger(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exe
 		raw = raw[2:]
 	}
 
+	// lowbit patch: like Python's int(), no more than 4300 digits (parsing more takes time
+	// that grows with their square).
+	if len(raw) > maxIntDigits {
+		return defaultValue
+	}
 	if parsed, ok := new(big.Int).SetString(raw, base); ok {
 		if parsed.IsInt64() {
 			parsedInt := parsed.Int64()
@@ -544,6 +573,9 @@ func filterInteger(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exe
 
 	return defaultValue
 }
+
+// maxIntDigits is Python's limit on the digits int() converts (sys.get_int_max_str_digits).
+const maxIntDigits = 4300
 
 func filterJoin(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
 	if in.IsError() {
@@ -590,6 +622,14 @@ func filterJoin(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.V
 		return true
 	}, func() {})
 
+	// lowbit patch: the delimiter repeats once per item, checked before made.
+	size := exec.MulSizes(len(parts), len(delimiter))
+	for _, part := range parts {
+		size = exec.AddSizes(size, len(part))
+	}
+	if err := params.Budget.Build(size); err != nil {
+		return exec.AsValue(err)
+	}
 	joined := strings.Join(parts, delimiter)
 	if e.Config.AutoEscape {
 		return exec.AsSafeValue(joined)
@@ -857,6 +897,13 @@ func filterPPrint(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 	); err != nil {
 		return exec.AsValue(exec.ErrInvalidCall(err))
 	}
+	// lowbit patch: the indent repeats on every line, checked before made.
+	compact, err := json.Marshal(in.Interface())
+	if err == nil {
+		if err := params.Budget.Build(exec.IndentedJSONSize(compact, 2)); err != nil {
+			return exec.AsValue(err)
+		}
+	}
 	b, err := json.MarshalIndent(in.Interface(), "", "  ")
 	if err != nil {
 		return exec.AsValue(errors.Wrapf(err, `Unable to pretty print '%s'`, in.String()))
@@ -968,6 +1015,14 @@ func filterReplace(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exe
 		exec.KeywordArgument("count", exec.AsValue(nil), takeValueArgument(&count)),
 	); err != nil {
 		return exec.AsValue(exec.ErrInvalidCall(err))
+	}
+	// lowbit patch: new repeats once per old found, checked before made.
+	n := -1
+	if !count.IsNil() {
+		n = count.Integer()
+	}
+	if err := params.Budget.Build(exec.ReplaceSize(in.String(), old, new, n)); err != nil {
+		return exec.AsValue(err)
 	}
 	if count.IsNil() {
 		return exec.AsValue(strings.ReplaceAll(in.String(), old, new))
@@ -1100,6 +1155,10 @@ func filterSlice(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.
 		return true
 	}, func() {})
 
+	// lowbit patch: there are as many slices as asked, checked before made.
+	if err := params.Budget.Build(exec.AddSizes(exec.MulSizes(slices, 8), exec.MulSizes(len(seq), 8))); err != nil {
+		return exec.AsValue(err)
+	}
 	itemsPerSlice := len(seq) / slices
 	slicesWithExtra := len(seq) % slices
 	offset := 0
@@ -1141,6 +1200,9 @@ func filterSort(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.V
 		return true
 	}, func() {})
 
+	// lowbit patch: the attributes are split once, not once per comparison, and every one
+	// compared is a step of the budget's clock, which ends a sort by very many of them.
+	attributes := strings.Split(attribute.String(), ",")
 	sort.SliceStable(items, func(i, j int) bool {
 		if attribute.IsNil() {
 			comparison := compareValues(items[i], items[j], caseSensitive)
@@ -1150,7 +1212,10 @@ func filterSort(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.V
 			return comparison < 0
 		}
 
-		for _, attr := range strings.Split(attribute.String(), ",") {
+		for _, attr := range attributes {
+			if params.Budget.Step() != nil {
+				return false
+			}
 			left, _ := resolveAttributePath(items[i], attr, nil)
 			right, _ := resolveAttributePath(items[j], attr, nil)
 			comparison := compareValues(left, right, caseSensitive)
@@ -1266,7 +1331,8 @@ func filterTrim(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.V
 	if chars.IsNil() {
 		return exec.AsValue(strings.TrimSpace(in.String()))
 	}
-	return exec.AsValue(strings.Trim(in.String(), chars.String()))
+	// lowbit patch: strings.Trim takes time that grows with len(chars) for every rune trimmed.
+	return exec.AsValue(strings.TrimFunc(in.String(), pystring.RuneSet(chars.String())))
 }
 
 func filterToJSON(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
@@ -1296,6 +1362,14 @@ func filterToJSON(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 		}
 		if !indent.IsInteger() {
 			return "", errors.Errorf("Expected an integer for 'indent', got %s", indent.String())
+		}
+		// lowbit patch: the indent repeats on every line, checked before made.
+		compact, err := stdjson.Marshal(value)
+		if err != nil {
+			return "", err
+		}
+		if err := params.Budget.Build(exec.IndentedJSONSize(compact, max(indent.Integer(), 0))); err != nil {
+			return "", err
 		}
 		b, err := stdjson.MarshalIndent(value, "", strings.Repeat(" ", indent.Integer()))
 		if err != nil {
@@ -1471,9 +1545,19 @@ var (
 	filterURLizeDomainRegexp = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*\.[A-Za-z]{2,}[A-Za-z0-9./_-]*$`)
 )
 
-func filterUrlizeHelper(input string, trimURLLimit int, rel string, target string, extraSchemes []string) (string, error) {
+func filterUrlizeHelper(input string, trimURLLimit int, rel string, target string, extraSchemes []string, budget *exec.Budget) (string, error) {
 	parts := strings.Split(input, " ")
+	// lowbit patch: every link repeats rel and target (and escapes its word, up to 9 times
+	// longer), checked before made; every word, compared with every extra scheme, is a step
+	// of the budget's clock.
+	size := exec.AddSizes(exec.MulSizes(len(input), 9), exec.MulSizes(len(parts), exec.AddSizes(len(rel)+64, len(target))))
+	if err := budget.Build(size); err != nil {
+		return "", err
+	}
 	for idx, part := range parts {
+		if err := budget.Step(); err != nil {
+			return "", err
+		}
 		link, ok := urlizeToken(part, trimURLLimit, rel, target, extraSchemes)
 		if ok {
 			parts[idx] = link
@@ -1535,7 +1619,7 @@ func filterUrlize(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 		relValue = strings.Join(parts, " ")
 	}
 
-	s, err := filterUrlizeHelper(in.String(), trimURLLimit, relValue, target.String(), extraSchemes)
+	s, err := filterUrlizeHelper(in.String(), trimURLLimit, relValue, target.String(), extraSchemes, params.Budget)
 	if err != nil {
 		return exec.AsValue(err)
 	}
@@ -1575,16 +1659,25 @@ func filterWordwrap(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *ex
 			lines = append(lines, "")
 			continue
 		}
-		current := words[0]
+		// lowbit patch: lines are built in a strings.Builder and their runes counted as they
+		// grow (re-counting and re-copying a line per word took time that grew with its square).
+		var current strings.Builder
+		current.WriteString(words[0])
+		runes := utf8.RuneCountInString(words[0])
 		for _, word := range words[1:] {
-			if len([]rune(current))+1+len([]rune(word)) <= width {
-				current += " " + word
+			n := utf8.RuneCountInString(word)
+			if runes+1+n <= width {
+				current.WriteString(" ")
+				current.WriteString(word)
+				runes += 1 + n
 				continue
 			}
-			lines = append(lines, current)
-			current = word
+			lines = append(lines, current.String())
+			current.Reset()
+			current.WriteString(word)
+			runes = n
 		}
-		lines = append(lines, current)
+		lines = append(lines, current.String())
 	}
 	return exec.AsValue(strings.Join(lines, "\n"))
 }

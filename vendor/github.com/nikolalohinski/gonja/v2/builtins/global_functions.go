@@ -18,7 +18,10 @@ var GlobalFunctions = exec.NewContext(map[string]any{
 	"ngettext":  ngettextFunction,
 })
 
-func rangeFunction(_ *exec.Evaluator, params *exec.VarArgs) (<-chan int, error) {
+// rangeFunction returns the list of the numbers of the range (lowbit patch: rather than a
+// channel fed by a goroutine, which outlived a loop left early and was drained whole, however
+// long, by a loop), within the budget before it is made.
+func rangeFunction(_ *exec.Evaluator, params *exec.VarArgs) ([]int, error) {
 	var (
 		start = 0
 		stop  = -1
@@ -42,20 +45,24 @@ func rangeFunction(_ *exec.Evaluator, params *exec.VarArgs) (<-chan int, error) 
 		return nil, exec.ErrInvalidCall(errors.New("step cannot be 0"))
 	}
 
-	channel := make(chan int)
-	go func() {
-		if step > 0 {
-			for i := start; i < stop; i += step {
-				channel <- i
-			}
-		} else {
-			for i := start; i > stop; i += step {
-				channel <- i
-			}
-		}
-		close(channel)
-	}()
-	return channel, nil
+	count := 0
+	switch {
+	case step > 0 && stop > start:
+		count = int((uint(stop-start)-1)/uint(step)) + 1
+	case step < 0 && stop < start:
+		count = int((uint(start-stop)-1)/uint(-step)) + 1
+	}
+	if err := params.Budget.Build(exec.MulSizes(count, 8)); err != nil {
+		return nil, err
+	}
+	if count < 0 { // past int
+		return nil, exec.ErrInvalidCall(errors.New("range too long"))
+	}
+	numbers := make([]int, count)
+	for i := range numbers {
+		numbers[i] = start + i*step
+	}
+	return numbers, nil
 }
 
 func dictFunction(_ *exec.Evaluator, params *exec.VarArgs) *exec.Value {
@@ -151,6 +158,12 @@ func lipSumFunction(_ *exec.Evaluator, params *exec.VarArgs) *exec.Value {
 		exec.KeywordArgument("max", exec.AsValue(100), exec.IntArgument(&max)),
 	); err != nil {
 		return exec.AsValue(exec.ErrInvalidCall(err))
+	}
+	// lowbit patch: n paragraphs of up to max words of up to 16 bytes, checked before made.
+	if n > 0 && max > min {
+		if err := params.Budget.Build(exec.MulSizes(exec.MulSizes(n, max-min), 16)); err != nil {
+			return exec.AsValue(err)
+		}
 	}
 	return exec.AsSafeValue(utils.Lipsum(n, html, min, max))
 }

@@ -35,6 +35,10 @@ type Config struct {
 	LineStatementPrefix string
 	// Prefix that turns the remainder of a line into a comment when set.
 	LineCommentPrefix string
+	// MaxNesting bounds how deeply blocks and expressions may nest, so that parsing (which
+	// recurses once per level) ends in an error rather than a stack overflow (lowbit patch).
+	// Zero sets no bound.
+	MaxNesting int
 }
 
 func New() *Config {
@@ -72,5 +76,6 @@ func (c *Config) Inherit() *Config {
 		NewlineSequence:     c.NewlineSequence,
 		LineStatementPrefix: c.LineStatementPrefix,
 		LineCommentPrefix:   c.LineCommentPrefix,
+		MaxNesting:          c.MaxNesting,
 	}
 }

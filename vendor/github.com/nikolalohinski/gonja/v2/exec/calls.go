@@ -80,8 +80,9 @@ func (e *Evaluator) evalCall(node *nodes.Call) *Value {
 		if err, ok := value.Interface().(ErrInvalidCall); ok {
 			return AsValue(fmt.Errorf("invalid call to function '%s': %s", functionName, err.Error()))
 		}
+		return value
 	}
-	return value
+	return e.built(value) // lowbit patch
 }
 
 func (e *Evaluator) evalMethod(parentNode nodes.Node, method string, args []nodes.Expression, kwargs map[string]nodes.Expression) *Value {
@@ -90,6 +91,7 @@ func (e *Evaluator) evalMethod(parentNode nodes.Node, method string, args []node
 		return AsValue(errors.Wrapf(parent, "unable to evaluate '%s'", parentNode))
 	}
 	parameters := NewVarArgs()
+	parameters.Budget = e.budget() // lowbit patch
 	for _, param := range args {
 		value := e.Eval(param)
 		if value.IsError() {
@@ -106,7 +108,9 @@ func (e *Evaluator) evalMethod(parentNode nodes.Node, method string, args []node
 		parameters.KwArgs[key] = value
 	}
 	var result any
-	err := fmt.Errorf("unknown method '%s' for '%s'", method, parent.String())
+	// lowbit patch: the error for an unknown method is made only when needed, not before
+	// every call (it writes all of parent out).
+	err := errUnknownMethod
 	switch {
 	case parent.IsString():
 		if method, ok := e.Environment.Methods.Str.Get(method); ok {
@@ -151,6 +155,9 @@ func (e *Evaluator) evalMethod(parentNode nodes.Node, method string, args []node
 	default:
 		err = AsValue(errors.Errorf(`'%s' is not callable on %s`, method, parent))
 	}
+	if err == errUnknownMethod {
+		err = fmt.Errorf("unknown method '%s' for '%s'", method, parent.String())
+	}
 	if err != nil {
 		if callErr, ok := err.(ErrInvalidCall); ok {
 			return AsValue(fmt.Errorf("invalid call to method '%s' of %s: %s", method, parent.String(), callErr.Error()))
@@ -161,5 +168,13 @@ func (e *Evaluator) evalMethod(parentNode nodes.Node, method string, args []node
 		e.Environment.Context.Set(n.Name.Val, parent.Interface())
 	}
 
-	return AsValue(result)
+	// lowbit patch: a method may have grown parent (append), which must stay within the
+	// limits as any value does.
+	if _, err := e.budget().Measure(parent); err != nil {
+		return AsValue(err)
+	}
+	return e.built(AsValue(result))
 }
+
+// errUnknownMethod stands for the error of a method not found until it is made.
+var errUnknownMethod = errors.New("unknown method")

@@ -16,6 +16,8 @@ type Environment struct {
 	Tests             *TestSet
 	Context           *Context
 	Methods           Methods
+	// Budget bounds the execution (lowbit patch); nil bounds nothing.
+	Budget *Budget
 }
 
 type FilterSet struct {

@@ -23,7 +23,25 @@ type Evaluator struct {
 	Loader      loaders.Loader
 }
 
+// budget returns the execution's Budget (lowbit patch); nil bounds nothing.
+func (e *Evaluator) budget() *Budget {
+	if e.Environment == nil {
+		return nil
+	}
+	return e.Environment.Budget
+}
+
 func (e *Evaluator) Eval(node nodes.Expression) *Value {
+	// lowbit patch: expressions nest through Go calls, so they count toward the Depth limit;
+	// past any limit every evaluation fails at once.
+	if err := e.budget().Enter(); err != nil {
+		return AsValue(err)
+	}
+	defer e.budget().Leave()
+	return e.budget().ShortError(e.eval(node))
+}
+
+func (e *Evaluator) eval(node nodes.Expression) *Value {
 	switch n := node.(type) {
 	case *nodes.None:
 		return AsValue(nil)
@@ -111,7 +129,7 @@ func (e *Evaluator) evalBinaryExpression(node *nodes.BinaryExpression) *Value {
 				v.Val = reflect.Append(v.Val, right.getResolvedValue().Index(ix))
 			}
 
-			return v
+			return e.collected(v) // lowbit patch
 		}
 		if left.IsFloat() || right.IsFloat() {
 			// Result will be a float
@@ -119,7 +137,7 @@ func (e *Evaluator) evalBinaryExpression(node *nodes.BinaryExpression) *Value {
 		}
 
 		if left.IsString() || right.IsString() {
-			return AsValue(left.String() + right.String())
+			return e.concat(left, right) // lowbit patch
 		}
 
 		// Result will be an integer
@@ -137,6 +155,12 @@ func (e *Evaluator) evalBinaryExpression(node *nodes.BinaryExpression) *Value {
 			return AsValue(left.Float() * right.Float())
 		}
 		if left.IsString() {
+			// lowbit patch: check the size before building it.
+			if n := right.Integer(); n > 0 {
+				if err := e.budget().Build(MulSizes(len(left.String()), n)); err != nil {
+					return AsValue(err)
+				}
+			}
 			return AsValue(strings.Repeat(left.String(), right.Integer()))
 		}
 		// Result will be int
@@ -153,7 +177,7 @@ func (e *Evaluator) evalBinaryExpression(node *nodes.BinaryExpression) *Value {
 	case tokens.Power:
 		return AsValue(math.Pow(left.Float(), right.Float()))
 	case tokens.Tilde:
-		return AsValue(strings.Join([]string{left.String(), right.String()}, ""))
+		return e.concat(left, right) // lowbit patch
 	case tokens.And:
 		// Python/Jinja2 semantics: `x and y` returns x if x is falsy,
 		// otherwise y. The result is the operand value, not a coerced bool,
@@ -224,6 +248,15 @@ func (e *Evaluator) evalBinaryExpression(node *nodes.BinaryExpression) *Value {
 	}
 }
 
+// concat joins the strings of left and right, within the budget (lowbit patch).
+func (e *Evaluator) concat(left, right *Value) *Value {
+	l, r := left.String(), right.String()
+	if err := e.budget().Build(AddSizes(len(l), len(r))); err != nil {
+		return AsValue(err)
+	}
+	return AsValue(l + r)
+}
+
 func (e *Evaluator) evalUnaryExpression(expr *nodes.UnaryExpression) *Value {
 	result := e.Eval(expr.Term)
 	if result.IsError() {
@@ -252,7 +285,7 @@ func (e *Evaluator) evalList(node *nodes.List) *Value {
 		value := e.Eval(val)
 		values = append(values, value)
 	}
-	return AsValue(values)
+	return e.collected(AsValue(values))
 }
 
 func (e *Evaluator) evalTuple(node *nodes.Tuple) *Value {
@@ -261,7 +294,24 @@ func (e *Evaluator) evalTuple(node *nodes.Tuple) *Value {
 		value := e.Eval(val)
 		values = append(values, value)
 	}
-	return AsValue(values)
+	return e.collected(AsValue(values))
+}
+
+// built returns v, a value just built, or the error of the budget's limit it goes past
+// (lowbit patch).
+func (e *Evaluator) built(v *Value) *Value {
+	if err := e.budget().Value(v); err != nil {
+		return AsValue(err)
+	}
+	return v
+}
+
+// collected is built for a list or a dict of values already made (see Budget.Collect).
+func (e *Evaluator) collected(v *Value) *Value {
+	if err := e.budget().Collect(v); err != nil {
+		return AsValue(err)
+	}
+	return v
 }
 
 func (e *Evaluator) evalDict(node *nodes.Dict) *Value {
@@ -273,7 +323,7 @@ func (e *Evaluator) evalDict(node *nodes.Dict) *Value {
 		}
 		pairs = append(pairs, p.Interface().(*Pair))
 	}
-	return AsValue(&Dict{pairs})
+	return e.collected(AsValue(&Dict{pairs}))
 }
 
 func (e *Evaluator) evalPair(node *nodes.Pair) *Value {
@@ -573,6 +623,7 @@ func (e *Evaluator) evalVarArgs(node *nodes.Call) ([]reflect.Value, error) {
 	params := &VarArgs{
 		Args:   []*Value{},
 		KwArgs: map[string]*Value{},
+		Budget: e.budget(), // lowbit patch
 	}
 	for _, param := range node.Args {
 		value := e.Eval(param)

@@ -53,13 +53,21 @@ func (e *Evaluator) ExecuteFilterByName(name string, in *Value, params *VarArgs)
 	if !e.Environment.Filters.Exists(name) || !ok {
 		return AsValue(errors.Errorf("filter '%s' not found", name))
 	}
+	// lowbit patch: filters check what they build against the budget, before and after.
+	if err := e.budget().Step(); err != nil {
+		return AsValue(err)
+	}
+	if params.Budget == nil {
+		params.Budget = e.budget()
+	}
 	returnedValue := filter(e, in, params)
 	if returnedValue.IsError() {
 		err, ok := returnedValue.Interface().(ErrInvalidCall)
 		if ok {
 			return AsValue(fmt.Errorf("invalid call to filter '%s': %s", name, err.Error()))
 		}
+		return returnedValue
 	}
 
-	return returnedValue
+	return e.built(returnedValue)
 }

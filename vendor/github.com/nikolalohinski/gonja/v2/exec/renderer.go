@@ -45,6 +45,7 @@ func (r *Renderer) Inherit() *Renderer {
 			Filters:           r.Environment.Filters,
 			ControlStructures: r.Environment.ControlStructures,
 			Methods:           r.Environment.Methods,
+			Budget:            r.Environment.Budget,
 		},
 		Template: r.Template,
 		RootNode: r.RootNode,
@@ -76,8 +77,7 @@ func (r *Renderer) Visit(node nodes.Node) (nodes.Visitor, error) {
 			lines = append(lines[0:len(lines)-1], strings.TrimRight(lines[len(lines)-1], " \n\t\r"))
 			output = strings.Join(lines, "\n")
 		}
-		_, err := io.WriteString(r.Output, output)
-		return nil, err
+		return nil, r.WriteString(output)
 	case *nodes.Output:
 		var value *Value
 		if n.Condition != nil {
@@ -102,16 +102,18 @@ func (r *Renderer) Visit(node nodes.Node) (nodes.Visitor, error) {
 		if value.IsError() {
 			return nil, errors.Wrapf(value, `Unable to render expression at line %d: %s`, n.Expression.Position().Line, n.Expression)
 		}
-		var err error
 		if r.Config.AutoEscape && value.IsString() && !value.Safe {
-			_, err = io.WriteString(r.Output, value.Escaped())
-		} else {
-			_, err = io.WriteString(r.Output, value.String())
+			return nil, r.WriteString(value.Escaped())
 		}
-		return nil, err
+		return nil, r.WriteString(value.String())
 	case *nodes.ControlStructureBlock:
 		controlStructure, ok := n.ControlStructure.(ControlStructure)
 		if ok {
+			// lowbit patch: blocks nest through Go calls, so they count toward the Depth limit.
+			if err := r.Environment.Budget.Enter(); err != nil {
+				return nil, err
+			}
+			defer r.Environment.Budget.Leave()
 			if err := controlStructure.Execute(r, n); err != nil {
 				return nil, errors.Wrapf(err, `Unable to execute controlStructure at line %d: %s`, n.ControlStructure.Position().Line, n.ControlStructure)
 			}
@@ -120,6 +122,16 @@ func (r *Renderer) Visit(node nodes.Node) (nodes.Visitor, error) {
 	default:
 		return r, nil
 	}
+}
+
+// WriteString writes s to the output, within the budget's Output limit (lowbit patch: every
+// write of a renderer goes through here).
+func (r *Renderer) WriteString(s string) error {
+	if err := r.Environment.Budget.Write(r.Output, len(s)); err != nil {
+		return err
+	}
+	_, err := io.WriteString(r.Output, s)
+	return err
 }
 
 // ExecuteWrapper wraps the nodes.Wrapper execution logic

@@ -49,7 +49,8 @@ func NewTemplate(identifier string, config *config.Config, loader loaders.Loader
 
 	root, err := t.parser.Parse()
 	if err != nil {
-		return nil, fmt.Errorf("failed to parse template '%s': %w", source, err)
+		// lowbit patch: name the template rather than quote all of its source.
+		return nil, fmt.Errorf("failed to parse template '%s': %w", identifier, err)
 	}
 	t.root = root
 
@@ -58,6 +59,21 @@ func NewTemplate(identifier string, config *config.Config, loader loaders.Loader
 
 // Execute executes the template and returns the rendered content in the provided writer
 func (t *Template) Execute(wr io.Writer, data *Context) error {
+	return t.execute(wr, data, nil)
+}
+
+// ExecuteLimited executes the template within limits (lowbit patch). Past one, it stops and
+// returns the *LimitError, whatever other error that caused on the way out.
+func (t *Template) ExecuteLimited(wr io.Writer, data *Context, limits Limits) error {
+	budget := NewBudget(limits)
+	err := t.execute(wr, data, budget)
+	if budget.Err() != nil {
+		return budget.Err()
+	}
+	return err
+}
+
+func (t *Template) execute(wr io.Writer, data *Context, budget *Budget) error {
 	if data == nil {
 		data = EmptyContext()
 	}
@@ -68,6 +84,7 @@ func (t *Template) Execute(wr io.Writer, data *Context) error {
 		ControlStructures: t.environment.ControlStructures,
 		Context:           t.environment.Context.Inherit().Update(data),
 		Methods:           t.environment.Methods,
+		Budget:            budget,
 	}, wr, t.config, t.loader, t)
 
 	err := renderer.Execute()

@@ -52,6 +52,10 @@ func (e *Evaluator) ExecuteTestByName(name string, in *Value, params *VarArgs) *
 	if !e.Environment.Tests.Exists(name) || !ok {
 		return AsValue(errors.Errorf("test '%s' not found", name))
 	}
+	// lowbit patch: tests count as steps of the execution.
+	if err := e.budget().Step(); err != nil {
+		return AsValue(err)
+	}
 
 	if err := e.Environment.Tests.validate(name, test); err != nil {
 		return AsValue(fmt.Errorf("test '%s' is invalid: %q", name, err))

@@ -14,6 +14,9 @@ import (
 type VarArgs struct {
 	Args   []*Value
 	KwArgs map[string]*Value
+	// Budget is the execution's (lowbit patch), for builtins to check what they build
+	// against it before they build it; nil bounds nothing.
+	Budget *Budget
 }
 
 func NewVarArgs() *VarArgs {

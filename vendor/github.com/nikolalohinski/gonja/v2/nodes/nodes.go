@@ -178,7 +178,17 @@ type String struct {
 }
 
 func (s *String) Position() *tokens.Token { return s.Location }
-func (s *String) String() string          { return fmt.Sprintf("'%s'", s.Location.Val) }
+func (s *String) String() string          { return fmt.Sprintf("'%s'", shorten(s.Location.Val)) }
+
+// shorten cuts a long literal quoted in an error (lowbit patch: every level of an error
+// quoted it whole).
+func shorten(s string) string {
+	const most = 40
+	if len(s) <= most {
+		return s
+	}
+	return strings.ToValidUTF8(s[:most], "") + "…"
+}
 
 type Integer struct {
 	Location *tokens.Token

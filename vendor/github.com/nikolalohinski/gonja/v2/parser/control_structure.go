@@ -70,7 +70,7 @@ func (p *Parser) ParseControlStructureBlock() (*nodes.ControlStructureBlock, err
 			"stream": stream,
 		}).Trace("Got stream")
 	}
-	argParser := NewParser(p.identifier, stream, p.Config, p.Loader, p.controlStructures)
+	argParser := p.sub(stream)
 	if logging.Enabled() {
 		log.Trace("argparser")
 	}

@@ -43,7 +43,12 @@ func (p *Parser) parseOr() (nodes.Expression, error) {
 		return nil, err
 	}
 
+	// lowbit patch: each operator nests the tree one level deeper.
+	defer p.setNesting(*p.nesting)
 	for p.Current(tokens.Or) != nil {
+		if err := p.nest(p.Current()); err != nil {
+			return nil, err
+		}
 		op := BinOp(p.Pop())
 		right, err := p.parseAnd()
 		if err != nil {
@@ -78,7 +83,12 @@ func (p *Parser) parseAnd() (nodes.Expression, error) {
 		return nil, err
 	}
 
+	// lowbit patch: each operator nests the tree one level deeper.
+	defer p.setNesting(*p.nesting)
 	for p.Current(tokens.And) != nil {
+		if err := p.nest(p.Current()); err != nil {
+			return nil, err
+		}
 		op := BinOp(p.Pop())
 
 		right, err := p.parseNot()
@@ -143,7 +153,12 @@ func (p *Parser) parseCompare() (nodes.Expression, error) {
 		return nil, err
 	}
 
+	// lowbit patch: each operator nests the tree one level deeper.
+	defer p.setNesting(*p.nesting)
 	for p.Current(compareOps...) != nil {
+		if err := p.nest(p.Current()); err != nil {
+			return nil, err
+		}
 		op := p.Pop()
 
 		right, err := p.ParseMath()

@@ -21,7 +21,12 @@ func (p *Parser) ParseMath() (nodes.Expression, error) {
 		return nil, err
 	}
 
+	// lowbit patch: each operator nests the tree one level deeper.
+	defer p.setNesting(*p.nesting)
 	for p.Current(tokens.Addition, tokens.Subtraction) != nil {
+		if err := p.nest(p.Current()); err != nil {
+			return nil, err
+		}
 		op := BinOp(p.Pop())
 		right, err := p.parseConcat()
 		if err != nil {
@@ -54,7 +59,12 @@ func (p *Parser) parseConcat() (nodes.Expression, error) {
 		return nil, err
 	}
 
+	// lowbit patch: each operator nests the tree one level deeper.
+	defer p.setNesting(*p.nesting)
 	for p.Current(tokens.Tilde) != nil {
+		if err := p.nest(p.Current()); err != nil {
+			return nil, err
+		}
 		op := BinOp(p.Pop())
 		right, err := p.ParseMathPrioritary()
 		if err != nil {
@@ -87,7 +97,12 @@ func (p *Parser) ParseMathPrioritary() (nodes.Expression, error) {
 		return nil, err
 	}
 
+	// lowbit patch: each operator nests the tree one level deeper.
+	defer p.setNesting(*p.nesting)
 	for p.Current(tokens.Multiply, tokens.Division, tokens.FloorDivision, tokens.Modulo) != nil {
+		if err := p.nest(p.Current()); err != nil {
+			return nil, err
+		}
 		op := BinOp(p.Pop())
 		right, err := p.ParsePower()
 		if err != nil {
@@ -159,7 +174,12 @@ func (p *Parser) ParsePower() (nodes.Expression, error) {
 		return nil, err
 	}
 
+	// lowbit patch: each operator nests the tree one level deeper.
+	defer p.setNesting(*p.nesting)
 	for p.Current(tokens.Power) != nil {
+		if err := p.nest(p.Current()); err != nil {
+			return nil, err
+		}
 		op := BinOp(p.Pop())
 		right, err := p.parseUnary()
 		if err != nil {

@@ -34,6 +34,10 @@ type Parser struct {
 	Config   *config.Config
 	Template *nodes.Template
 	Loader   loaders.Loader
+
+	// nesting is the depth parsed so far, shared with the parsers of nested arguments and
+	// bodies (lowbit patch: see config.MaxNesting).
+	nesting *int
 }
 
 func (p *Parser) Stream() *tokens.Stream {
@@ -50,8 +54,28 @@ func NewParser(identifier string, stream *tokens.Stream, cfg *config.Config, loa
 		controlStructures: controlStructures,
 		Config:            cfg,
 		Loader:            loader,
+		nesting:           new(int),
 	}
 }
+
+// sub returns a parser of stream at the same nesting (lowbit patch).
+func (p *Parser) sub(stream *tokens.Stream) *Parser {
+	s := NewParser(p.identifier, stream, p.Config, p.Loader, p.controlStructures)
+	s.nesting = p.nesting
+	return s
+}
+
+// nest counts one more level of nesting at tok, failing past config.MaxNesting (lowbit
+// patch). Callers undo their levels with defer p.setNesting(*p.nesting) before nesting.
+func (p *Parser) nest(tok *tokens.Token) error {
+	*p.nesting++
+	if p.Config != nil && p.Config.MaxNesting > 0 && *p.nesting > p.Config.MaxNesting {
+		return p.Error(fmt.Sprintf("nesting deeper than %d", p.Config.MaxNesting), tok)
+	}
+	return nil
+}
+
+func (p *Parser) setNesting(n int) { *p.nesting = n }
 
 // Consume one token. It will be gone forever.
 func (p *Parser) Consume() {
@@ -169,7 +193,7 @@ func (p *Parser) WrapUntil(names ...string) (*nodes.Wrapper, *Parser, error) {
 							data.Trim = data.Trim || len(end.Val) > 0 && end.Val[0] == '-'
 						}
 						stream := tokens.NewStream(args)
-						return wrapper, NewParser(p.identifier, stream, p.Config, p.Loader, p.controlStructures), nil
+						return wrapper, p.sub(stream), nil
 					}
 					if p.End() || p.Current(tokens.EOF) != nil {
 						return nil, nil, p.Error("Unexpected EOF.", p.Current())
@@ -218,6 +242,10 @@ func (p *Parser) parseDocElement() (nodes.Node, error) {
 	case tokens.VariableBegin:
 		return p.ParseExpressionNode()
 	case tokens.BlockBegin:
+		defer p.setNesting(*p.nesting)
+		if err := p.nest(t); err != nil {
+			return nil, err
+		}
 		node, err := p.ParseControlStructureBlock()
 		return node, err
 	}
@@ -273,6 +301,7 @@ func (p *Parser) Extend(identifier string) (*nodes.Template, error) {
 		controlStructures: p.controlStructures,
 		Config:            config,
 		Loader:            loader,
+		nesting:           p.nesting,
 	}
 	return parser.Parse()
 }

@@ -381,6 +381,11 @@ func (p *Parser) ParseVariableOrLiteral() (nodes.Expression, error) {
 	if t == nil {
 		return nil, p.Error("unexpected EOF, expected a number, string, keyword or identifier.", p.Current())
 	}
+	// lowbit patch: brackets nest by recursion and each getter or call by one more node.
+	defer p.setNesting(*p.nesting)
+	if err := p.nest(t); err != nil {
+		return nil, err
+	}
 	var ident nodes.Node
 	var err error
 	switch t.Type {
@@ -401,6 +406,11 @@ func (p *Parser) ParseVariableOrLiteral() (nodes.Expression, error) {
 
 	var parent nodes.Node
 	for !p.Stream().EOF() {
+		if p.Current(tokens.Dot, tokens.LeftBracket, tokens.LeftParenthesis) != nil {
+			if err := p.nest(p.Current()); err != nil {
+				return nil, err
+			}
+		}
 		if accessor := p.Match(tokens.Dot, tokens.LeftBracket); accessor != nil {
 			getter, err := p.ParseGetter(accessor, ident)
 			if err != nil {

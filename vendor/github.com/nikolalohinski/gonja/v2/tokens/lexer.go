@@ -972,6 +972,7 @@ func (l *Lexer) scanNumber() (Type, error) {
 
 	tokType := Integer
 	if l.peek() == '.' {
+		dot := l.Pos
 		l.next()
 		switch next := l.peek(); {
 		case isNumeric(next):
@@ -982,7 +983,9 @@ func (l *Lexer) scanNumber() (Type, error) {
 		case isSpace(next) || isNumericTerminator(next) || isEOF(next):
 			tokType = Float
 		default:
-			l.backup()
+			// lowbit patch: back to the '.', where backup() stepped back by the width of the
+			// rune peeked after it, so that a wide rune sent the lexer back in a loop.
+			l.Pos = dot
 		}
 	}
 
@@ -995,9 +998,10 @@ func (l *Lexer) scanNumber() (Type, error) {
 	}
 
 	if tokType == Float && l.peek() == '.' {
+		dot := l.Pos
 		l.next()
 		next := l.peek()
-		l.backup()
+		l.Pos = dot // lowbit patch: as above
 		if isNumeric(next) || isSpace(next) || isNumericTerminator(next) || isEOF(next) {
 			return tokType, fmt.Errorf("two dots in numeric token")
 		}

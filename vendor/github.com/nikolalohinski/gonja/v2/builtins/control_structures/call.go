@@ -56,10 +56,7 @@ func (c *CallControlStructure) Execute(r *exec.Renderer, tag *nodes.ControlStruc
 	// Ensure stash is cleared even if the macro didn't consume it.
 	r.Environment.Context.Set("__gonja_caller__", nil)
 
-	if _, err := r.Output.Write([]byte(result.String())); err != nil {
-		return err
-	}
-	return nil
+	return r.WriteString(result.String()) // lowbit patch: within the budget
 }
 
 func callParser(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {

@@ -5,7 +5,6 @@ import (
 
 	// "github.com/nikolalohinski/gonja/v2/exec"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/pkg/errors"
@@ -51,9 +50,7 @@ func (fcs *FilterControlStructure) Execute(r *exec.Renderer, tag *nodes.ControlS
 		}
 	}
 
-	_, err = io.WriteString(r.Output, value.String())
-
-	return err
+	return r.WriteString(value.String()) // lowbit patch: within the budget
 }
 
 func filterParser(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {

@@ -172,7 +172,12 @@ func isLoopControlError[T error](err error) bool {
 func (fcs *ForControlStructure) renderIterable(r *exec.Renderer, obj *exec.Value) error {
 	// First pass: materialise items, applying any {% if cond %} filter.
 	items := exec.NewDict()
+	var limitErr error
 	obj.Iterate(func(idx, count int, key, value *exec.Value) bool {
+		// lowbit patch: every item counts as a loop iteration, before it is made.
+		if limitErr = r.Environment.Budget.Iterate(1); limitErr != nil {
+			return false
+		}
 		sub := r.Inherit()
 		ctx := sub.Environment.Context
 		pair := &exec.Pair{}
@@ -206,6 +211,9 @@ func (fcs *ForControlStructure) renderIterable(r *exec.Renderer, obj *exec.Value
 		items.Pairs = append(items.Pairs, pair)
 		return true
 	}, func() {})
+	if limitErr != nil {
+		return limitErr
+	}
 
 	// Empty case.
 	length := len(items.Pairs)

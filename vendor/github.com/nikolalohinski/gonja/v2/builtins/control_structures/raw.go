@@ -2,7 +2,6 @@ package controlStructures
 
 import (
 	"fmt"
-	"io"
 
 	"github.com/nikolalohinski/gonja/v2/exec"
 	"github.com/nikolalohinski/gonja/v2/nodes"
@@ -23,8 +22,7 @@ func (rcs *RawControlStructure) String() string {
 }
 
 func (rcs *RawControlStructure) Execute(r *exec.Renderer, tag *nodes.ControlStructureBlock) error {
-	_, err := io.WriteString(r.Output, rcs.data.Data.Val)
-	return err
+	return r.WriteString(rcs.data.Data.Val) // lowbit patch: within the budget
 }
 
 func rawParser(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {

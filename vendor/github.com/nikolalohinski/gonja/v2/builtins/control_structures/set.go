@@ -80,6 +80,9 @@ func (scs *SetControlStructure) Execute(r *exec.Renderer, tag *nodes.ControlStru
 		if err := target.Set(exec.AsValue(n.Attribute), value.Interface()); err != nil {
 			return errors.Wrapf(err, `Unable to set value on "%s"`, n.Attribute)
 		}
+		if err := r.Environment.Budget.Assigned(target); err != nil { // lowbit patch
+			return err
+		}
 	case *nodes.GetItem:
 		target := r.Eval(n.Node)
 		if target.IsError() {
@@ -91,6 +94,9 @@ func (scs *SetControlStructure) Execute(r *exec.Renderer, tag *nodes.ControlStru
 		}
 		if err := target.Set(arg, value.Interface()); err != nil {
 			return errors.Wrapf(err, `Unable to set value on "%s"`, n.Arg)
+		}
+		if err := r.Environment.Budget.Assigned(target); err != nil { // lowbit patch
+			return err
 		}
 	default:
 		return errors.Errorf(`Illegal set target node %s`, n)

@@ -3,7 +3,6 @@ package controlStructures
 import (
 	"bytes"
 	"fmt"
-	"io"
 
 	"github.com/nikolalohinski/gonja/v2/exec"
 	"github.com/nikolalohinski/gonja/v2/nodes"
@@ -75,7 +74,7 @@ func (stmt *TransControlStructure) Execute(r *exec.Renderer, tag *nodes.ControlS
 	}
 
 	// Write the (possibly translated) result to the outer writer.
-	if _, err := io.WriteString(r.Output, rendered); err != nil {
+	if err := r.WriteString(rendered); err != nil { // lowbit patch: within the budget
 		return err
 	}
 	return nil

@@ -17,7 +17,11 @@ var listMethods = exec.NewMethodSet[[]any](map[string]exec.Method[[]any]{
 			return nil, exec.ErrInvalidCall(err)
 		}
 
-		*selfValue = *exec.ToValue(reflect.Append(selfValue.Val, reflect.ValueOf(exec.ToValue(x))))
+		// lowbit patch: append to a copy, never into spare room of an array that other lists
+		// (and so, after a reverse in place, the list itself) may hold: lists stay acyclic.
+		grown := reflect.MakeSlice(selfValue.Val.Type(), 0, selfValue.Val.Len()+1)
+		grown = reflect.AppendSlice(grown, selfValue.Val)
+		*selfValue = *exec.ToValue(reflect.Append(grown, reflect.ValueOf(exec.ToValue(x))))
 
 		return nil, nil
 	},

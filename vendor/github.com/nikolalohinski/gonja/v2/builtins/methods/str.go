@@ -2,6 +2,8 @@ package methods
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/nikolalohinski/gonja/v2/builtins/methods/pyerrors"
 	"github.com/nikolalohinski/gonja/v2/builtins/methods/pystring"
@@ -38,6 +40,9 @@ var strMethods = exec.NewMethodSet[string](map[string]exec.Method[string]{
 			exec.PositionalArgument("fillchar", exec.AsValue(' '), exec.StringArgument(&fillchar)),
 		); err != nil {
 			return nil, exec.ErrInvalidCall(err)
+		}
+		if err := checkWidth(arguments, width, fillchar); err != nil { // lowbit patch
+			return nil, err
 		}
 		return pystring.PyString(self).Center(width, utf8string.NewString(fillchar).At(0)), nil
 	},
@@ -120,6 +125,10 @@ var strMethods = exec.NewMethodSet[string](map[string]exec.Method[string]{
 		); err != nil {
 			return nil, exec.ErrInvalidCall(err)
 		}
+		// lowbit patch: every tab may take tabsize spaces, checked before made.
+		if err := arguments.Budget.Build(exec.AddSizes(len(self), exec.MulSizes(strings.Count(self, "\t"), tabsize))); err != nil {
+			return nil, err
+		}
 		return pystring.PyString(self).ExpandTabs(pystring.New(substr), &tabsize), nil
 	},
 	"find": func(self string, _ *exec.Value, arguments *exec.VarArgs) (any, error) {
@@ -146,6 +155,9 @@ var strMethods = exec.NewMethodSet[string](map[string]exec.Method[string]{
 		for key, value := range arguments.KwArgs {
 			kwargs[key] = value.Interface()
 		}
+		if err := checkFormat(self, arguments); err != nil { // lowbit patch
+			return nil, err
+		}
 		return pystring.PyString(self).Format(args, kwargs)
 	},
 	"format_map": func(self string, _ *exec.Value, arguments *exec.VarArgs) (any, error) {
@@ -156,6 +168,9 @@ var strMethods = exec.NewMethodSet[string](map[string]exec.Method[string]{
 		kwargs := make(map[string]any)
 		for key, value := range arguments.KwArgs {
 			kwargs[key] = value.Interface()
+		}
+		if err := checkFormat(self, arguments); err != nil { // lowbit patch
+			return nil, err
 		}
 		return pystring.PyString(self).FormatMap(args, kwargs)
 	},
@@ -234,6 +249,14 @@ var strMethods = exec.NewMethodSet[string](map[string]exec.Method[string]{
 		); err != nil {
 			return nil, exec.ErrInvalidCall(err)
 		}
+		// lowbit patch: self repeats once per item, checked before made.
+		size := exec.MulSizes(len(strs), len(self))
+		for _, s := range strs {
+			size = exec.AddSizes(size, len(s))
+		}
+		if err := arguments.Budget.Build(size); err != nil {
+			return nil, err
+		}
 		return pystring.JoinString(self, strs), nil
 	},
 	"ljust": func(self string, _ *exec.Value, arguments *exec.VarArgs) (any, error) {
@@ -246,6 +269,9 @@ var strMethods = exec.NewMethodSet[string](map[string]exec.Method[string]{
 			exec.PositionalArgument("fillchar", exec.AsValue(' '), exec.StringArgument(&fillchar)),
 		); err != nil {
 			return nil, exec.ErrInvalidCall(err)
+		}
+		if err := checkWidth(arguments, width, fillchar); err != nil { // lowbit patch
+			return nil, err
 		}
 		return pystring.PyString(self).LJust(width, utf8string.NewString(fillchar).At(0)), nil
 	},
@@ -313,6 +339,9 @@ var strMethods = exec.NewMethodSet[string](map[string]exec.Method[string]{
 		); err != nil {
 			return nil, exec.ErrInvalidCall(err)
 		}
+		if err := arguments.Budget.Build(exec.ReplaceSize(self, old, new, count)); err != nil { // lowbit patch
+			return nil, err
+		}
 		return pystring.PyString(self).Replace(old, new, count), nil
 	},
 	"rfind": func(self string, _ *exec.Value, arguments *exec.VarArgs) (any, error) {
@@ -340,6 +369,9 @@ var strMethods = exec.NewMethodSet[string](map[string]exec.Method[string]{
 			exec.PositionalArgument("fillchar", exec.AsValue(' '), exec.StringArgument(&fillchar)),
 		); err != nil {
 			return nil, exec.ErrInvalidCall(err)
+		}
+		if err := checkWidth(arguments, width, fillchar); err != nil { // lowbit patch
+			return nil, err
 		}
 		return pystring.PyString(self).RJust(width, utf8string.NewString(fillchar).At(0)), nil
 	},
@@ -472,6 +504,42 @@ var strMethods = exec.NewMethodSet[string](map[string]exec.Method[string]{
 		); err != nil {
 			return nil, exec.ErrInvalidCall(err)
 		}
+		if err := arguments.Budget.Build(width); err != nil { // lowbit patch: checked before made
+			return nil, err
+		}
 		return pystring.PyString(self).ZFill(width), nil
 	},
 })
+
+// checkWidth checks, before it is made, a string padded to width with fillchar (lowbit patch).
+func checkWidth(arguments *exec.VarArgs, width int, fillchar string) error {
+	return arguments.Budget.Build(exec.MulSizes(width, max(len(fillchar), 1)))
+}
+
+// checkFormat checks, before it is made, what format makes of the arguments (lowbit patch).
+// Like Python, it refuses replacement fields nested more than twice (the formatter recurses
+// and rescans once per level).
+func checkFormat(format string, arguments *exec.VarArgs) error {
+	depth := 0
+	for i := 0; i < len(format); i++ {
+		switch {
+		case depth == 0 && i+1 < len(format) && format[i] == format[i+1] && (format[i] == '{' || format[i] == '}'):
+			i++ // an escaped brace
+		case format[i] == '{':
+			if depth++; depth > 2 {
+				return exec.ErrInvalidCall(fmt.Errorf("%w: Max string recursion exceeded", pyerrors.ErrValue))
+			}
+		case format[i] == '}' && depth > 0:
+			depth--
+		}
+	}
+	args := append([]*exec.Value{}, arguments.Args...)
+	for _, v := range arguments.KwArgs {
+		args = append(args, v)
+	}
+	size, err := exec.PyFormatSize(format, args, arguments.Budget)
+	if err != nil {
+		return err
+	}
+	return arguments.Budget.Build(size)
+}

@@ -1,7 +1,5 @@
 package pystring
 
-import "strings"
-
 // LStrip returns a copy of the string with leading characters removed. The chars
 // argument is a string specifying the set of characters to be removed. If omitted
 // or None, the chars argument defaults to removing whitespace. The chars argument
@@ -27,8 +25,9 @@ func LStrip(s string, cutset string) string {
 	}
 	cutFrom := 0
 
+	in := RuneSet(cutset) // lowbit patch: strings.ContainsRune took len(cutset) a rune
 	for i, c := range s {
-		if !strings.ContainsRune(cutset, c) {
+		if !in(c) {
 			break
 		}
 		cutFrom = i + 1

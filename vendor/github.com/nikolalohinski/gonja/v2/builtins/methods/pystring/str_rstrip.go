@@ -1,7 +1,5 @@
 package pystring
 
-import "strings"
-
 // RStrip returns a copy of the string with trailing characters removed. The chars
 // argument is a string specifying the set of characters to be removed. If
 // omitted or None, the chars argument defaults to removing whitespace. The
@@ -32,8 +30,9 @@ func RStrip(s string, cutset string) string {
 	// index as if it were a byte index, mangling non-ASCII input.
 	runes := []rune(s)
 	cutTo := len(runes)
+	in := RuneSet(cutset) // lowbit patch: strings.ContainsRune took len(cutset) a rune
 	for i := len(runes) - 1; i >= 0; i-- {
-		if !strings.ContainsRune(cutset, runes[i]) {
+		if !in(runes[i]) {
 			break
 		}
 		cutTo = i

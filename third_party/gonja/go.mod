@@ -1,0 +1,18 @@
+module github.com/nikolalohinski/gonja/v2
+
+go 1.24.4
+
+require (
+	github.com/dustin/go-humanize v1.0.1
+	github.com/json-iterator/go v1.1.12
+	github.com/pkg/errors v0.9.1
+	github.com/sirupsen/logrus v1.9.3
+	golang.org/x/exp v0.0.0-20240719175910-8a7402abbf56
+	golang.org/x/text v0.23.0
+)
+
+require (
+	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
+	github.com/modern-go/reflect2 v1.0.2 // indirect
+	golang.org/x/sys v0.32.0 // indirect
+)
