@@ -53,14 +53,15 @@ type TemplateLimits struct {
 	// Depth bounds the nesting of blocks, expressions, values and macro calls. Default: 200.
 	// Parsing always uses the default.
 	Depth int
-	// Time bounds the rendering's wall-clock time. Default: 2s.
+	// Time bounds the rendering's wall-clock time. Default: 10s.
 	Time time.Duration
 }
 
 // Default limits, far above what real templates need: they render about the messages' size,
 // build a few times it in all, nest a dozen levels, loop a few times over the messages and
 // take milliseconds. A loop iteration costs gonja microseconds, so 100,000 of them end a
-// runaway loop in a fraction of a second.
+// runaway loop in a fraction of a second. The clock is the backstop behind the others, set
+// where a long real conversation on a loaded machine never reaches it.
 const (
 	defaultOutput     = 1 << 20
 	outputPerMessage  = 4  // times the messages' size, when more than defaultOutput
@@ -69,7 +70,7 @@ const (
 	memoryPerOutput   = 16 // times Output, when more than defaultMemory
 	defaultIterations = 100_000
 	defaultDepth      = 200
-	defaultTime       = 2 * time.Second
+	defaultTime       = 10 * time.Second
 	// maxTemplateSize bounds a template's source: real ones are a few KB.
 	maxTemplateSize = 1 << 20
 )
