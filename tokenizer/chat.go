@@ -17,6 +17,8 @@ import (
 	"github.com/nikolalohinski/gonja/v2/exec"
 	"github.com/nikolalohinski/gonja/v2/loaders"
 	"github.com/nikolalohinski/gonja/v2/parser"
+
+	"lowbit/internal/safefile"
 )
 
 // Message is one turn of a conversation.
@@ -131,19 +133,8 @@ func LoadChatTemplate(dir string) (*ChatTemplate, error) {
 
 // readTemplateFile reads a template file no larger than maxTemplateSize.
 func readTemplateFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxTemplateSize+1))
-	if err != nil {
-		return "", err
-	}
-	if len(b) > maxTemplateSize {
-		return "", fmt.Errorf("%s: chat template larger than %d MiB", path, maxTemplateSize>>20)
-	}
-	return string(b), nil
+	b, err := safefile.ReadFile(path, maxTemplateSize)
+	return string(b), err
 }
 
 // NewChatTemplate compiles a Jinja chat template.

@@ -52,6 +52,29 @@ func TestLoadRefusesHostileFiles(t *testing.T) {
 	}
 }
 
+// TestChatTemplateRefusesHostileFiles: chat_template.jinja is read as
+// carefully as the tokenizer's files.
+func TestChatTemplateRefusesHostileFiles(t *testing.T) {
+	tooLarge := func(t testing.TB, p string) { hostile.Oversized(t, p, maxTemplateSize+1) }
+	for _, tc := range []struct {
+		make func(t testing.TB, path string)
+		want string
+	}{
+		{hostile.DevZero, "not a regular file (character device)"},
+		{hostile.FIFO, "not a regular file (named pipe)"},
+		{hostile.Dir, "not a regular file (directory)"},
+		{tooLarge, "file too large: 1048577 bytes is over the 1 MiB limit"},
+	} {
+		d := t.TempDir()
+		path := filepath.Join(d, "chat_template.jinja")
+		tc.make(t, path)
+		_, err := LoadChatTemplate(d)
+		if err == nil || !strings.Contains(err.Error(), path+": "+tc.want) {
+			t.Errorf("err = %v, want %q", err, path+": "+tc.want)
+		}
+	}
+}
+
 func FuzzTokenizerConfig(f *testing.F) {
 	f.Add("tokenizer_config.json", []byte(`{"add_bos_token": true, "bos_token": {"content": "<s>", "lstrip": false}, "eos_token": "</s>", "chat_template": "{{ bos_token }}"}`))
 	f.Add("special_tokens_map.json", []byte(`{"bos_token": null, "eos_token": {"content": "<|eot_id|>"}}`))
