@@ -18,12 +18,15 @@ test:
 test-short:
 	$(GO) test -short ./...
 
-# A short pass of every fuzz target (set FUZZTIME to go longer).
+# A short pass of every fuzz target (set FUZZTIME to go longer). A new
+# input is minimized for at most FUZZMINTIME, during which the count of
+# executions stands still (Go's default is a minute).
 FUZZTIME ?= 10s
+FUZZMINTIME ?= 10s
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep ^Fuzz); do \
-	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) $$pkg || exit 1; \
 	  done; \
 	done
 
