@@ -96,6 +96,26 @@ depth() {
 	done
 }
 
+# table: the baseline against this build on every row of BENCHMARKS.md's
+# H200 table (-p 512 -n 128 -r 3, and tg128 at depth), alternating, ROUNDS
+# times (default 1); ROWS picks "small" (TinyLlama and BitNet shapes) or
+# "large" (Llama-2-7B), default both.
+table() {
+	local small=("tinyllama 4" "tinyllama 8" "tinyllama f16" "bitnet-2b tq2" "bitnet-2b f16")
+	local large=("llama2-7b 4" "llama2-7b 8")
+	local rows=()
+	[ "${ROWS:-all}" != large ] && rows+=("${small[@]}")
+	[ "${ROWS:-all}" != small ] && rows+=("${large[@]}")
+	for round in $(seq "${ROUNDS:-1}"); do
+		for b in "${rows[@]}"; do
+			PP=512 base $b
+			PP=512 bench $b
+		done
+		if [ "${ROWS:-all}" != large ]; then DEPTH=1900 base tinyllama 4; DEPTH=1900 bench tinyllama 4; fi
+		if [ "${ROWS:-all}" != small ]; then DEPTH=3900 base llama2-7b 4; DEPTH=3900 bench llama2-7b 4; fi
+	done
+}
+
 # kernels: lowbit validate --kernels on the GPU.
 kernels() {
 	"$BIN/lowbit" validate --kernels --device cuda >"$OUT/validate.log" 2>&1
