@@ -109,9 +109,9 @@ type Spec struct {
 	// code reads the code of weight c of a packed row, straight from the
 	// layout's definition: the reference for every fast path.
 	code func(row []byte, c int) int32
-	// dequantize writes the weights of columns lo..lo+len(out) of a packed
-	// row at scale d and minimum m, decoding a block at a time.
-	dequantize func(row []byte, lo int, d, m float32, out []float32)
+	// dequantize writes the first len(out) weights packed in blocks at
+	// scale d and minimum m, decoding a block at a time.
+	dequantize func(blocks []byte, d, m float32, out []float32)
 	// dot is the fast dot product of row r of t with x, on packed bytes.
 	dot func(t *Tensor, r int, x []float32) float32
 	// dotInt8 is the integer dot product with int8 activations (nil: the
@@ -129,14 +129,15 @@ var (
 	unknownSpec = Spec{Bits: 32, maxAbs: math.MaxFloat32}
 )
 
-// specs holds every format's Spec. It is filled by init, not by its
-// declaration, because the Specs' functions reach back into it (through
-// Tensor.RowBytes), a cycle Go refuses in a variable's initializer.
-var specs map[Format]*Spec
+// specs holds every format's Spec for spec's switch (a map lookup would
+// cost every row's product four string hashes). init fills it, not its
+// declaration, because the Specs' functions reach back into it through
+// Tensor.RowBytes, a cycle Go refuses in a variable's initializer.
+var specs struct{ f32, f16, bf16, q8, q4, q2, q1, tq2 *Spec }
 
 func init() {
-	specs = map[Format]*Spec{F32: &f32Spec, F16: &f16Spec, BF16: &bf16Spec,
-		Q8: &q8Spec, Q4: &q4Spec, Q2: &q2Spec, Q1: &q1Spec, TQ2: &tq2Spec}
+	specs.f32, specs.f16, specs.bf16 = &f32Spec, &f16Spec, &bf16Spec
+	specs.q8, specs.q4, specs.q2, specs.q1, specs.tq2 = &q8Spec, &q4Spec, &q2Spec, &q1Spec, &tq2Spec
 }
 
 // Spec is f's descriptor; a name that is no format gets one that is not
@@ -145,8 +146,23 @@ func (f Format) Spec() Spec { return *f.spec() }
 
 // spec is f's descriptor, shared (the package only reads it).
 func (f Format) spec() *Spec {
-	if s, ok := specs[f]; ok {
-		return s
+	switch f {
+	case F32:
+		return specs.f32
+	case F16:
+		return specs.f16
+	case BF16:
+		return specs.bf16
+	case Q8:
+		return specs.q8
+	case Q4:
+		return specs.q4
+	case Q2:
+		return specs.q2
+	case Q1:
+		return specs.q1
+	case TQ2:
+		return specs.tq2
 	}
 	return &unknownSpec
 }
@@ -395,7 +411,7 @@ func (t *Tensor) DequantizeRow(row int, dst []float32) {
 	rb := t.RowBytes()
 	src := t.Data[row*rb : (row+1)*rb]
 	if s.TensorScale {
-		s.dequantize(src, 0, t.Scale, 0, dst[:t.Cols])
+		s.dequantize(src, t.Scale, 0, dst[:t.Cols])
 		return
 	}
 	ng := t.Groups()
@@ -405,7 +421,7 @@ func (t *Tensor) DequantizeRow(row int, dst []float32) {
 		if t.Mins != nil {
 			m = t.Mins[row*ng+g].Float32()
 		}
-		s.dequantize(src, lo, t.Scales[row*ng+g].Float32(), m, dst[lo:hi])
+		s.dequantize(src[lo/block*s.BlockBytes:], t.Scales[row*ng+g].Float32(), m, dst[lo:hi])
 	}
 }
 

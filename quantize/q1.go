@@ -58,14 +58,13 @@ func codeQ1(row []byte, c int) int32 {
 	return -1
 }
 
-// dequantizeQ1 writes d times the sign of each weight from column lo.
-func dequantizeQ1(row []byte, lo int, d, _ float32, out []float32) {
-	for i := range out {
-		c := lo + i
-		if row[c/8]>>(c%8)&1 == 1 {
-			out[i] = d
+// dequantizeQ1 writes d times each weight's sign.
+func dequantizeQ1(blocks []byte, d, _ float32, out []float32) {
+	for c := range out {
+		if blocks[c/8]>>(c%8)&1 == 1 {
+			out[c] = d
 		} else {
-			out[i] = -d
+			out[c] = -d
 		}
 	}
 }

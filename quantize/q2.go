@@ -34,11 +34,10 @@ func codeQ2(row []byte, c int) int32 {
 	return int32(row[b*8+j%8]>>(2*(j/8))) & 3
 }
 
-// dequantizeQ2 writes d*q + m for the weights from column lo.
-func dequantizeQ2(row []byte, lo int, d, m float32, out []float32) {
-	for i := range out {
-		c := lo + i
-		out[i] = d*float32(row[c/32*8+c%8]>>(2*(c%32/8))&3) + m
+// dequantizeQ2 writes d*q + m.
+func dequantizeQ2(blocks []byte, d, m float32, out []float32) {
+	for c := range out {
+		out[c] = d*float32(blocks[c/32*8+c%8]>>(2*(c%32/8))&3) + m
 	}
 }
 

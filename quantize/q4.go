@@ -35,15 +35,14 @@ func codeQ4(row []byte, c int) int32 {
 	return int32(v & 15)
 }
 
-// dequantizeQ4 writes d*q + m for the weights from column lo.
-func dequantizeQ4(row []byte, lo int, d, m float32, out []float32) {
-	for i := range out {
-		c := lo + i
-		b := row[c/32*16+c%16]
+// dequantizeQ4 writes d*q + m.
+func dequantizeQ4(blocks []byte, d, m float32, out []float32) {
+	for c := range out {
+		b := blocks[c/32*16+c%16]
 		if c%32 >= 16 {
 			b >>= 4
 		}
-		out[i] = d*float32(b&15) + m
+		out[c] = d*float32(b&15) + m
 	}
 }
 

@@ -101,10 +101,10 @@ func lsScale(w []float32, d float32, n int32) float32 {
 // codeQ8 reads weight c's code: its byte as an int8.
 func codeQ8(row []byte, c int) int32 { return int32(int8(row[c])) }
 
-// dequantizeQ8 writes d*q for the weights from column lo.
-func dequantizeQ8(row []byte, lo int, d, _ float32, out []float32) {
-	for i := range out {
-		out[i] = d * float32(int8(row[lo+i]))
+// dequantizeQ8 writes d*q.
+func dequantizeQ8(blocks []byte, d, _ float32, out []float32) {
+	for c := range out {
+		out[c] = d * float32(int8(blocks[c]))
 	}
 }
 

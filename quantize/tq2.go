@@ -47,11 +47,10 @@ func quantizeTQ2Row(t *Tensor, r int, row []float32, _ bool, _ []int32) {
 // codeTQ2 reads weight c's code: q2's, less 1.
 func codeTQ2(row []byte, c int) int32 { return codeQ2(row, c) - 1 }
 
-// dequantizeTQ2 writes d*t for the weights from column lo, d being the
-// tensor's scale.
-func dequantizeTQ2(row []byte, lo int, d, _ float32, out []float32) {
-	for i := range out {
-		out[i] = float32(codeTQ2(row, lo+i)) * d
+// dequantizeTQ2 writes d*t, d being the tensor's scale.
+func dequantizeTQ2(blocks []byte, d, _ float32, out []float32) {
+	for c := range out {
+		out[c] = float32(codeTQ2(blocks, c)) * d
 	}
 }
 
