@@ -109,8 +109,8 @@ type Spec struct {
 	// code reads the code of weight c of a packed row, straight from the
 	// layout's definition: the reference for every fast path.
 	code func(row []byte, c int) int32
-	// dequantize writes the first len(out) weights packed in blocks at
-	// scale d and minimum m, decoding a block at a time.
+	// dequantize writes the first len(out) weights packed in blocks (a
+	// group's, from its first block) at scale d and minimum m.
 	dequantize func(blocks []byte, d, m float32, out []float32)
 	// dot is the fast dot product of row r of t with x, on packed bytes.
 	dot func(t *Tensor, r int, x []float32) float32

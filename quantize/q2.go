@@ -27,8 +27,8 @@ func packQ2(dst []byte, codes []int32) {
 	}
 }
 
-// codeQ2 reads weight c's code: bits 2k-2k+1 of byte j%8 of its block,
-// k = j/8.
+// codeQ2 reads weight c's code: weight j of its block is in bits 2k and
+// 2k+1 of the block's byte j%8, k = j/8.
 func codeQ2(row []byte, c int) int32 {
 	b, j := c/block, c%block
 	return int32(row[b*8+j%8]>>(2*(j/8))) & 3
