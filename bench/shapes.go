@@ -111,8 +111,9 @@ func RandomModel(ctx context.Context, shape string, f quantize.Format, seed uint
 // randomTensor is a [rows, cols] tensor of random codes in format f, in
 // groups of gs weights (none for tq2).
 func randomTensor(f quantize.Format, rows, cols, gs int, seed uint64) (*quantize.Tensor, error) {
+	spec := f.Spec()
 	t := &quantize.Tensor{Format: f, Rows: rows, Cols: cols}
-	if f != quantize.TQ2 {
+	if !spec.TensorScale {
 		t.GroupSize = gs
 	}
 	r := rand.New(rand.NewPCG(seed, 0x6c6f77626974))
@@ -141,15 +142,19 @@ func randomTensor(f quantize.Format, rows, cols, gs int, seed uint64) (*quantize
 		t.Data[i] = byte(r.Uint32())
 	}
 	// Scales of about 1/(levels * sqrt(cols)): each product's output stays
-	// near the size of its input.
-	levels := map[quantize.Format]float64{quantize.Q8: 127, quantize.Q4: 8, quantize.Q2: 2, quantize.Q1: 1}[f]
+	// near the size of its input. levels is the largest code, or for an
+	// asymmetric format half the codes (its minimum centres them).
+	levels := float64(spec.MaxCode)
+	if spec.Mins {
+		levels = float64(spec.MaxCode+1) / 2
+	}
 	base := 1 / (levels * math.Sqrt(float64(cols)))
 	ng := rows * t.Groups()
 	t.Scales = make([]half.Float16, ng)
 	for i := range t.Scales {
 		t.Scales[i] = half.FromFloat32(float32(base * (0.5 + r.Float64())))
 	}
-	if f == quantize.Q4 || f == quantize.Q2 {
+	if spec.Mins {
 		t.Mins = make([]half.Float16, ng)
 		for i := range t.Mins {
 			t.Mins[i] = half.FromFloat32(-float32(levels) * t.Scales[i].Float32())

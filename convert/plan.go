@@ -96,7 +96,7 @@ func planTensors(cfg model.Config, set *safetensors.Set, s settings) (plans []*t
 			if p.group == 0 {
 				p.group = p.format.DefaultGroupSize()
 			}
-			if p.format == quantize.TQ2 {
+			if p.format.Spec().TensorScale {
 				p.group = 0
 			}
 		}
@@ -203,13 +203,12 @@ func partsOf(p *tensorPlan) []partPlan {
 	shape := quantize.Tensor{Format: p.format, Rows: p.rows, Cols: p.cols, GroupSize: p.group}
 	rows, rb := int64(p.rows), int64(shape.RowBytes())
 	parts := []partPlan{{role: manifest.RoleQWeight, spec: safetensors.Spec{Name: p.name + ".qweight", DType: "U8", Shape: []int64{rows, rb}}, bytes: rows * rb}}
-	switch p.format {
-	case quantize.TQ2:
+	if s := p.format.Spec(); s.TensorScale {
 		parts = append(parts, partPlan{role: manifest.RoleScale, spec: safetensors.Spec{Name: p.name + ".scale", DType: "F32", Shape: []int64{1}}, bytes: 4})
-	default:
+	} else {
 		g := int64(shape.Groups())
 		parts = append(parts, partPlan{role: manifest.RoleScales, spec: safetensors.Spec{Name: p.name + ".scales", DType: "F16", Shape: []int64{rows, g}}, bytes: rows * g * 2})
-		if p.format == quantize.Q4 || p.format == quantize.Q2 {
+		if s.Mins {
 			parts = append(parts, partPlan{role: manifest.RoleMins, spec: safetensors.Spec{Name: p.name + ".mins", DType: "F16", Shape: []int64{rows, g}}, bytes: rows * g * 2})
 		}
 	}

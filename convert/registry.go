@@ -119,37 +119,24 @@ func (e Entry) EstimateBytes(bits string) (int64, error) {
 	return int64(b), nil
 }
 
-// BitsPerWeight is the storage cost of one weight in a format, scales and
-// minimums included, for a group size (0: the format's default).
+// BitsPerWeight is the storage cost of one weight in a quantized format (a
+// --bits value), its fp16 scales and minimums included, for a group size
+// (0: the format's default).
 func BitsPerWeight(bits string, group int) (float64, error) {
-	type spec struct {
-		code, scaleBits float64
-		group           int
-	}
-	specs := map[string]spec{
-		"8":       {8, 16, 32},
-		"4":       {4, 32, 32},
-		"2":       {2, 32, DefaultQ2Group},
-		"1":       {1, 16, 32},
-		"ternary": {2, 0, 0},
-	}
-	key := strings.TrimPrefix(strings.ToLower(bits), "q")
-	if key == "tq2" {
-		key = "ternary"
-	}
-	s, ok := specs[key]
-	if !ok {
+	f, err := quantize.ParseFormat(bits)
+	if err != nil || !f.Quantized() {
 		return 0, fmt.Errorf("unknown --bits %q (want 1, 2, 4, 8 or ternary)", bits)
 	}
+	s := f.Spec()
+	if s.TensorScale {
+		return float64(s.CodeBits), nil // one scale a tensor costs a weight nothing
+	}
 	if group <= 0 {
-		group = s.group
+		group = s.Group
 	}
-	if group == 0 {
-		return s.code, nil
+	scaleBits := 16.0 // an fp16 scale a group
+	if s.Mins {
+		scaleBits = 32 // and an fp16 minimum
 	}
-	return s.code + s.scaleBits/float64(group), nil
+	return float64(s.CodeBits) + scaleBits/float64(group), nil
 }
-
-// DefaultQ2Group is the q2 group size the registry's estimates assume; it
-// matches quantize.Q2.DefaultGroupSize (checked by a test).
-const DefaultQ2Group = 32

@@ -126,7 +126,7 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 	buf := make([]float32, min(rows, chunkRows)*cols)
 
 	var tensorScale float32
-	if p.format == quantize.TQ2 {
+	if p.format.Spec().TensorScale {
 		sum, err := scanAbsSum(raw, p, rows, cols, chunkRows, buf, s.allowNonFinite)
 		if err != nil {
 			return e, err

@@ -227,7 +227,7 @@ func (b *Backend) Upload(w *model.Weight) (model.Mat, error) {
 	}
 	gm := &gpuMat{m: m, w: w}
 	b.mats[w] = gm
-	if m.Format == quantize.TQ2 {
+	if m.Format.Spec().Int8Activations {
 		if _, ok := b.i8[m.Cols]; !ok {
 			err := b.d.do(func() error {
 				q, err := b.d.pool.alloc(b.d, int64(b.maxStep*m.blocks()*32), MemScratch)
@@ -444,7 +444,7 @@ func (b *Backend) MatMul(dst, x model.Buf, w model.Mat, n int) {
 	m, xb, yb := w.(*gpuMat).m, x.(gpuBuf).b, dst.(gpuBuf).b
 	b.op("matmul "+string(m.Format), func() error {
 		switch {
-		case m.Format == quantize.TQ2:
+		case m.Format.Spec().Int8Activations:
 			// Every token's activations quantized in one launch, then
 			// the product of all tokens (cuBLAS's int8 GEMM from 32 on).
 			q := b.i8[m.Cols]
@@ -561,7 +561,7 @@ func (b *Backend) GLU(dst, gate, up model.Buf, n int, act string) {
 // shapes not in whole chunks) report false.
 func (b *Backend) FusedMatMul(dst, x model.Buf, w model.Mat, f model.Fusion) bool {
 	m := w.(*gpuMat).m
-	o := matvecOpts{act: -1, accum: f.Add, int8: m.Format == quantize.TQ2}
+	o := matvecOpts{act: -1, accum: f.Add, int8: m.Format.Spec().Int8Activations}
 	if f.Act != "" {
 		g, err := gluOf(f.Act)
 		if err != nil {
@@ -779,7 +779,7 @@ func (b *Backend) Fuse(parts ...model.Mat) (model.Mat, bool) {
 				return err
 			}
 		}
-		if f.Format == quantize.TQ2 {
+		if f.Format.Spec().TensorScale {
 			rs := make([]float32, 0, rows)
 			for _, p := range ps {
 				for range p.m.Rows {

@@ -136,7 +136,7 @@ func (d *Device) freeMatrix(m *Matrix) {
 // joined tq2 matrix (none for a whole one, which has its tensor scale),
 // the fp16 group scales of the other formats.
 func (m *Matrix) scalesArg() uint64 {
-	if m.Format == quantize.TQ2 {
+	if m.Format.Spec().TensorScale {
 		return argBuf(m.rowScale)
 	}
 	return argBuf(m.scales)
@@ -246,7 +246,7 @@ func flatChunks(m *Matrix) int {
 // of the shared-memory kernels, and both a gate and a norm only with int8
 // x (device thread).
 func (d *Device) canFuse(m *Matrix, o matvecOpts) bool {
-	if o.int8 != (m.Format == quantize.TQ2) || (o.act >= 0 && o.norm.ptr != 0 && !o.int8) {
+	if o.int8 != m.Format.Spec().Int8Activations || (o.act >= 0 && o.norm.ptr != 0 && !o.int8) {
 		return false
 	}
 	mode := d.kernelFor(m, o)

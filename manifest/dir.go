@@ -115,7 +115,7 @@ func (d *Dir) Weight(name string) (*quantize.Tensor, error) {
 	if q.Data, _, err = d.part(t, RoleQWeight); err != nil {
 		return nil, err
 	}
-	if f == quantize.TQ2 {
+	if f.Spec().TensorScale {
 		b, _, err := d.part(t, RoleScale)
 		if err != nil {
 			return nil, err
@@ -130,7 +130,7 @@ func (d *Dir) Weight(name string) (*quantize.Tensor, error) {
 			return nil, err
 		}
 		q.Scales = halves(b)
-		if f == quantize.Q4 || f == quantize.Q2 {
+		if f.Spec().Mins {
 			if b, _, err = d.part(t, RoleMins); err != nil {
 				return nil, err
 			}

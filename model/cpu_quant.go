@@ -42,7 +42,7 @@ func prepare(w *Weight) *cpuMat {
 // matMulQuant computes y[n, rows] = x[n, cols] · Wᵀ for a quantized weight.
 func (c *CPU) matMulQuant(m *cpuMat, x, y []float32, n int) {
 	q := m.w.Q
-	if n >= 4 && q.Format != quantize.TQ2 {
+	if n >= 4 && !q.Format.Spec().Int8Activations {
 		// Prefill: decode each row to floats once and use it for every token.
 		c.parallel(q.Rows, 16, func(lo, hi int) {
 			row := make([]float32, q.Cols)

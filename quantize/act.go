@@ -36,39 +36,8 @@ func QuantizeInt8(x []float32, dst *Int8Vec) {
 // groups: tq2 gives S*Scale*sum(t*q) (W2A8); q8 gives Scale*sum over groups of
 // d*sum(qw*qx) (W8A8). Other formats dequantize the activations.
 func (t *Tensor) DotInt8(row int, a *Int8Vec) float32 {
-	rb := t.RowBytes()
-	src := t.Data[row*rb : (row+1)*rb]
-	switch t.Format {
-	case TQ2:
-		var acc int32
-		for b := 0; b < t.Cols; b += block {
-			p := src[b/4 : b/4+8]
-			if b+block <= t.Cols {
-				q := a.Q[b : b+32 : b+32]
-				for j := 0; j < 8; j++ {
-					v := p[j]
-					acc += (int32(v&3)-1)*int32(q[j]) + (int32(v>>2&3)-1)*int32(q[j+8]) +
-						(int32(v>>4&3)-1)*int32(q[j+16]) + (int32(v>>6)-1)*int32(q[j+24])
-				}
-				continue
-			}
-			for j := 0; b+j < t.Cols; j++ {
-				acc += tq2Values(p[j%8])[j/8] * int32(a.Q[b+j])
-			}
-		}
-		return float32(acc) * t.Scale * a.Scale
-	case Q8:
-		ng := t.Groups()
-		var sum float32
-		for g := 0; g < ng; g++ {
-			lo, hi := groupBounds(g, t.GroupSize, t.Cols)
-			var acc int32
-			for i := lo; i < hi; i++ {
-				acc += int32(int8(src[i])) * int32(a.Q[i])
-			}
-			sum += t.Scales[row*ng+g].Float32() * float32(acc)
-		}
-		return sum * a.Scale
+	if dot := t.Format.spec().dotInt8; dot != nil {
+		return dot(t, row, a)
 	}
 	x := make([]float32, len(a.Q))
 	for i, q := range a.Q {

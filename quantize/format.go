@@ -1,8 +1,8 @@
-// Package quantize defines lowbit's weight formats, one file each: how a
-// group of weights is packed into bytes, how it is unpacked and
-// dequantized, a reference dot product (plain float64 loops over the
-// dequantized weights, written to be obviously right) and a fast one (working
-// on the packed bytes) that tests hold to the reference.
+// Package quantize defines lowbit's weight formats, each described once by
+// a Spec in its own file: how a group of weights is packed into bytes, how
+// it is unpacked and dequantized, a reference dot product (plain float64
+// loops over the dequantized weights, written to be obviously right) and a
+// fast one (working on the packed bytes) that tests hold to the reference.
 //
 // Weights are [rows, cols] row-major, rows being output features; groups run
 // along a row. A row whose length is not a multiple of the group ends in a
@@ -61,62 +61,126 @@ func ParseFormat(s string) (Format, error) {
 	return "", fmt.Errorf("unknown format %q (want 1, 2, 4, 8, ternary, f16, bf16 or f32)", s)
 }
 
+// Spec describes a storage format once: the facts every package asks
+// about it and the functions that pack, unpack and multiply its codes.
+// Each quantized format's Spec is in its own file (q4Spec in q4.go), the
+// float formats' below; everything else asks Format.Spec (or the accessors
+// Bits, Quantized, DefaultGroupSize and TableGroupSize) instead of
+// switching on the format. TestSpecs holds every Spec to its layout.
+type Spec struct {
+	// Format is the format described.
+	Format Format
+	// Bits is the information in one weight: its code's bits, log2(3) for
+	// ternary (whose codes are stored in 2 bits).
+	Bits float64
+	// CodeBits is the bits one code takes in a packed block; 0 for a float
+	// format.
+	CodeBits int
+	// BlockBytes is the packed size of a block of 32 weights, CodeBits*32/8.
+	BlockBytes int
+	// MaxCode is the largest code: codes run from 0 (a format with Mins) or
+	// from -MaxCode (the others) to MaxCode.
+	MaxCode int32
+	// Group is the default number of weights sharing a scale, 0 for a
+	// format with one scale per tensor or none.
+	Group int
+	// TableGroup is the default group of an embedding table or output head.
+	TableGroup int
+	// Mins says the format is asymmetric: each group stores an fp16
+	// minimum beside its fp16 scale, w = d*q + m (Tensor.Mins, a .mins part).
+	Mins bool
+	// TensorScale says the format has one float32 scale per tensor
+	// (Tensor.Scale, a .scale part) instead of fp16 scales per group.
+	TensorScale bool
+	// Int8Activations says products quantize the activations to int8 per
+	// token first, as the format's models were trained (BitNet's W2A8).
+	Int8Activations bool
+
+	// maxAbs is the largest weight magnitude the format stores, and
+	// maxAbsWhy the reason (empty where it is any finite value).
+	maxAbs    float32
+	maxAbsWhy string
+	// quantizeRow packs row r of t from row, adding each weight's error to
+	// t.SqErr and t.SqRef (search: pick scales by squared error; codes:
+	// scratch of GroupSize+32).
+	quantizeRow func(t *Tensor, r int, row []float32, search bool, codes []int32)
+	// pack packs a group's codes (a multiple of 32) into dst (q4, q2).
+	pack func(dst []byte, codes []int32)
+	// code reads the code of weight c of a packed row, straight from the
+	// layout's definition: the reference for every fast path.
+	code func(row []byte, c int) int32
+	// dequantize writes the first len(out) weights packed in blocks (a
+	// group's, from its first block) at scale d and minimum m.
+	dequantize func(blocks []byte, d, m float32, out []float32)
+	// dot is the fast dot product of row r of t with x, on packed bytes.
+	dot func(t *Tensor, r int, x []float32) float32
+	// dotInt8 is the integer dot product with int8 activations (nil: the
+	// activations are dequantized and dot taken).
+	dotInt8 func(t *Tensor, r int, a *Int8Vec) float32
+}
+
+// The float formats keep weights as floats, in the range of their type.
+var (
+	f32Spec  = Spec{Format: F32, Bits: 32, maxAbs: math.MaxFloat32}
+	f16Spec  = Spec{Format: F16, Bits: 16, maxAbs: maxF16, maxAbsWhy: "the largest f16 is 65504"}
+	bf16Spec = Spec{Format: BF16, Bits: 16, maxAbs: half.BFloat16(0x7f7f).Float32(), maxAbsWhy: "the largest bf16 is 3.3895314e+38"}
+	// unknownSpec answers for a name that is no format: no packing, and
+	// nothing to check a weight against.
+	unknownSpec = Spec{Bits: 32, maxAbs: math.MaxFloat32}
+)
+
+// specs holds every format's Spec for spec's switch (a map lookup would
+// cost every row's product four string hashes). init fills it, not its
+// declaration, because the Specs' functions reach back into it through
+// Tensor.RowBytes, a cycle Go refuses in a variable's initializer.
+var specs struct{ f32, f16, bf16, q8, q4, q2, q1, tq2 *Spec }
+
+func init() {
+	specs.f32, specs.f16, specs.bf16 = &f32Spec, &f16Spec, &bf16Spec
+	specs.q8, specs.q4, specs.q2, specs.q1, specs.tq2 = &q8Spec, &q4Spec, &q2Spec, &q1Spec, &tq2Spec
+}
+
+// Spec is f's descriptor; a name that is no format gets one that is not
+// quantized.
+func (f Format) Spec() Spec { return *f.spec() }
+
+// spec is f's descriptor, shared (the package only reads it).
+func (f Format) spec() *Spec {
+	switch f {
+	case F32:
+		return specs.f32
+	case F16:
+		return specs.f16
+	case BF16:
+		return specs.bf16
+	case Q8:
+		return specs.q8
+	case Q4:
+		return specs.q4
+	case Q2:
+		return specs.q2
+	case Q1:
+		return specs.q1
+	case TQ2:
+		return specs.tq2
+	}
+	return &unknownSpec
+}
+
 // Bits is the number of bits of one weight's code (1.58 for ternary, whose
 // codes are stored in 2 bits).
-func (f Format) Bits() float64 {
-	switch f {
-	case Q8:
-		return 8
-	case Q4:
-		return 4
-	case Q2:
-		return 2
-	case Q1:
-		return 1
-	case TQ2:
-		return math.Log2(3)
-	case F16, BF16:
-		return 16
-	}
-	return 32
-}
+func (f Format) Bits() float64 { return f.spec().Bits }
 
 // Quantized says whether the format packs codes with scales (not a float).
-func (f Format) Quantized() bool {
-	switch f {
-	case Q8, Q4, Q2, Q1, TQ2:
-		return true
-	}
-	return false
-}
+func (f Format) Quantized() bool { return f.spec().BlockBytes > 0 }
 
-// DefaultGroupSize is the group used when none is given. q2 uses 32 as well:
-// its fp16 scale and minimum then cost 1 bit per weight; group 64 would halve
-// that at the price of a larger error, and with only four levels per weight
-// the smaller group is the safer default (--group-size 64 trades it back).
-// tq2 has one scale per tensor, so 0.
-func (f Format) DefaultGroupSize() int {
-	switch f {
-	case Q8, Q4, Q2, Q1:
-		return 32
-	}
-	return 0
-}
+// DefaultGroupSize is the group used when none is given (0 for tq2, which
+// has one scale per tensor).
+func (f Format) DefaultGroupSize() int { return f.spec().Group }
 
 // TableGroupSize is the default group of an embedding table or output head
-// stored in f: 128 at 8 bits, else DefaultGroupSize. These are a model's
-// largest tensors, and at batch 1 the head is read whole every token; at 8
-// bits a 128-weight group cuts the fp16 scales from 6% of its bytes to 1.6%
-// (8.125 bits a weight against 8.5) for a rounding error 1.2x-1.3x larger on
-// Gaussian or Laplace rows (0.64% and 0.88% relative, against 0.52% and
-// 0.66%), still well below what 6-bit heads cost (BitNet-2B decode +1.3%,
-// H100, BENCHMARKS.md).
-func (f Format) TableGroupSize() int {
-	if f == Q8 {
-		return 128
-	}
-	return f.DefaultGroupSize()
-}
+// stored in f (q8's Spec says why it differs there).
+func (f Format) TableGroupSize() int { return f.spec().TableGroup }
 
 // Options tune quantization.
 type Options struct {
@@ -153,7 +217,7 @@ type Tensor struct {
 
 // Groups is the number of groups per row.
 func (t *Tensor) Groups() int {
-	if t.Format == TQ2 || t.GroupSize <= 0 {
+	if t.Format.spec().TensorScale || t.GroupSize <= 0 {
 		return 0
 	}
 	return (t.Cols + t.GroupSize - 1) / t.GroupSize
@@ -162,25 +226,11 @@ func (t *Tensor) Groups() int {
 // RowBytes is the packed size of one row: whole groups (whole 32-weight
 // blocks for tq2), so every row starts aligned.
 func (t *Tensor) RowBytes() int {
-	if t.Format == TQ2 {
-		return (t.Cols + block - 1) / block * blockBytes(TQ2)
+	s := t.Format.spec()
+	if s.TensorScale {
+		return (t.Cols + block - 1) / block * s.BlockBytes
 	}
-	return t.Groups() * t.GroupSize / block * blockBytes(t.Format)
-}
-
-// blockBytes is the packed size of 32 weights.
-func blockBytes(f Format) int {
-	switch f {
-	case Q8:
-		return 32
-	case Q4:
-		return 16
-	case Q2, TQ2:
-		return 8
-	case Q1:
-		return 4
-	}
-	return 0
+	return t.Groups() * t.GroupSize / block * s.BlockBytes
 }
 
 // Validate checks that the sizes of a tensor (as loaded from disk) agree.
@@ -191,12 +241,13 @@ func (t *Tensor) Validate() error {
 	if t.Rows <= 0 || t.Cols <= 0 {
 		return fmt.Errorf("%s tensor has shape [%d, %d]", t.Format, t.Rows, t.Cols)
 	}
-	if t.Format == TQ2 {
+	s := t.Format.spec()
+	if s.TensorScale {
 		if t.GroupSize != 0 {
-			return fmt.Errorf("tq2 has no groups, group size %d given", t.GroupSize)
+			return fmt.Errorf("%s has no groups, group size %d given", t.Format, t.GroupSize)
 		}
 		if !(t.Scale > 0) || math.IsInf(float64(t.Scale), 0) {
-			return fmt.Errorf("tq2 scale %v is not a positive number", t.Scale)
+			return fmt.Errorf("%s scale %v is not a positive number", t.Format, t.Scale)
 		}
 	} else if t.GroupSize <= 0 || t.GroupSize%block != 0 {
 		return fmt.Errorf("group size %d is not a positive multiple of %d", t.GroupSize, block)
@@ -205,11 +256,11 @@ func (t *Tensor) Validate() error {
 		return fmt.Errorf("%s [%d, %d]: %d packed bytes, want %d", t.Format, t.Rows, t.Cols, len(t.Data), want)
 	}
 	ng := t.Rows * t.Groups()
-	if t.Format != TQ2 && len(t.Scales) != ng {
+	if !s.TensorScale && len(t.Scales) != ng {
 		return fmt.Errorf("%s [%d, %d]: %d scales, want %d", t.Format, t.Rows, t.Cols, len(t.Scales), ng)
 	}
 	wantMins := 0
-	if t.Format == Q4 || t.Format == Q2 {
+	if s.Mins {
 		wantMins = ng
 	}
 	if len(t.Mins) != wantMins {
@@ -229,8 +280,9 @@ func Quantize(ctx context.Context, f Format, w []float32, rows, cols int, opt Op
 	if err := f.CheckRange(w, cols, 0); err != nil {
 		return nil, fmt.Errorf("quantize: %w", err)
 	}
+	s := f.spec()
 	t := &Tensor{Format: f, Rows: rows, Cols: cols}
-	if f != TQ2 {
+	if !s.TensorScale {
 		t.GroupSize = opt.GroupSize
 		if t.GroupSize == 0 {
 			t.GroupSize = f.DefaultGroupSize()
@@ -239,46 +291,26 @@ func Quantize(ctx context.Context, f Format, w []float32, rows, cols int, opt Op
 			return nil, fmt.Errorf("quantize: group size %d is not a positive multiple of %d", t.GroupSize, block)
 		}
 		t.Scales = make([]half.Float16, rows*t.Groups())
-		if f == Q4 || f == Q2 {
+		if s.Mins {
 			t.Mins = make([]half.Float16, rows*t.Groups())
 		}
 	}
 	t.Data = make([]byte, rows*t.RowBytes())
-	if f == TQ2 {
-		s := opt.TensorScale
-		if s == 0 {
-			s = float32(AbsMean(w))
+	if s.TensorScale {
+		scale := opt.TensorScale
+		if scale == 0 {
+			scale = float32(AbsMean(w))
 		}
-		t.Scale = max(s, tq2MinScale)
+		t.Scale = max(scale, tq2MinScale)
 	}
 	codes := make([]int32, t.GroupSize+block)
-	var deq []float32
 	for r := 0; r < rows; r++ {
 		if r%256 == 0 {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
 		}
-		row := w[r*cols : (r+1)*cols]
-		switch f {
-		case Q8:
-			quantizeQ8Row(t, r, row, opt.Search, codes)
-		case Q4, Q2:
-			quantizeAsymRow(t, r, row, opt.Search, codes)
-		case Q1:
-			quantizeQ1Row(t, r, row)
-		case TQ2:
-			quantizeTQ2Row(t, r, row)
-		}
-		if f == Q1 || f == TQ2 {
-			if deq == nil {
-				deq = make([]float32, cols)
-			}
-			t.DequantizeRow(r, deq)
-			for c, v := range deq {
-				t.addErr(row[c], v)
-			}
-		}
+		s.quantizeRow(t, r, w[r*cols:(r+1)*cols], opt.Search, codes)
 	}
 	return t, nil
 }
@@ -322,33 +354,14 @@ func firstAbove(w []float32, limit float32) int {
 // minimum holds.
 const maxF16 = 65504
 
-// maxAbs is the largest weight magnitude f stores, with why. The fp16 scales
-// and minimums of q4, q2 and q1 hold what a weight may be; q8's scale is a
-// group's largest |w| / 127. tq2 (a float32 scale) and f32 hold any finite value.
-func (f Format) maxAbs() (float32, string) {
-	switch f {
-	case Q8:
-		return 127 * maxF16, "its f16 scales, a group's largest |weight| / 127, hold at most 65504"
-	case Q4, Q2:
-		return maxF16, "its f16 scales and minimums hold at most 65504"
-	case Q1:
-		return maxF16, "its f16 scales hold at most 65504"
-	case F16:
-		return maxF16, "the largest f16 is 65504"
-	case BF16:
-		return half.BFloat16(0x7f7f).Float32(), "the largest bf16 is 3.3895314e+38"
-	}
-	return math.MaxFloat32, ""
-}
-
 // CheckRange reports the first weight of w, a matrix of cols columns whose
 // first row is row firstRow of the whole (a caller converting a tensor chunk
 // by chunk passes the chunk's first row), that f cannot store: NaN, ±Inf, or
 // a finite value its scales would overflow on (1e10 at q4 would give an
 // infinite scale and NaN weights).
 func (f Format) CheckRange(w []float32, cols, firstRow int) error {
-	limit, why := f.maxAbs()
-	i := firstAbove(w, limit)
+	s := f.spec()
+	i := firstAbove(w, s.maxAbs)
 	if i < 0 {
 		return nil
 	}
@@ -357,7 +370,7 @@ func (f Format) CheckRange(w []float32, cols, firstRow int) error {
 	if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 		return fmt.Errorf("non-finite weight %v at row %d, column %d", v, row, col)
 	}
-	return fmt.Errorf("weight %g at row %d, column %d is out of range for %s (%s)", v, row, col, f, why)
+	return fmt.Errorf("weight %g at row %d, column %d is out of range for %s (%s)", v, row, col, f, s.maxAbsWhy)
 }
 
 // AbsMean is the mean absolute value of w, in float64.
@@ -381,102 +394,46 @@ func groupBounds(g, size, n int) (lo, hi int) {
 // RowCodes unpacks a row's integer codes: q8 -127..127, q4 0..15, q2 0..3,
 // q1 -1/+1, tq2 -1/0/+1.
 func (t *Tensor) RowCodes(row int) []int32 {
+	code := t.Format.spec().code
 	out := make([]int32, t.Cols)
 	rb := t.RowBytes()
 	src := t.Data[row*rb : (row+1)*rb]
 	for c := range out {
-		out[c] = codeAt(t.Format, src, c)
+		out[c] = code(src, c)
 	}
 	return out
-}
-
-// codeAt reads the code of weight c of a packed row, straight from the
-// layout's definition (the reference for every fast path).
-func codeAt(f Format, row []byte, c int) int32 {
-	b, j := c/block, c%block
-	switch f {
-	case Q8:
-		return int32(int8(row[c]))
-	case Q4:
-		v := row[b*16+j%16]
-		if j >= 16 {
-			return int32(v >> 4)
-		}
-		return int32(v & 15)
-	case Q2:
-		return int32(row[b*8+j%8]>>(2*(j/8))) & 3
-	case TQ2:
-		return int32(row[b*8+j%8]>>(2*(j/8)))&3 - 1
-	case Q1:
-		if row[b*4+j/8]>>(j%8)&1 == 1 {
-			return 1
-		}
-		return -1
-	}
-	return 0
 }
 
 // DequantizeRow writes row's weights into dst (len >= Cols), decoding the
 // packed bytes a block at a time.
 func (t *Tensor) DequantizeRow(row int, dst []float32) {
+	s := t.Format.spec()
 	rb := t.RowBytes()
 	src := t.Data[row*rb : (row+1)*rb]
-	if t.Format == TQ2 {
-		for c := 0; c < t.Cols; c++ {
-			dst[c] = float32(codeAt(TQ2, src, c)) * t.Scale
-		}
+	if s.TensorScale {
+		s.dequantize(src, t.Scale, 0, dst[:t.Cols])
 		return
 	}
 	ng := t.Groups()
 	for g := 0; g < ng; g++ {
 		lo, hi := groupBounds(g, t.GroupSize, t.Cols)
-		d := t.Scales[row*ng+g].Float32()
 		var m float32
 		if t.Mins != nil {
 			m = t.Mins[row*ng+g].Float32()
 		}
-		out := dst[lo:hi]
-		switch t.Format {
-		case Q8:
-			for i := range out {
-				out[i] = d * float32(int8(src[lo+i]))
-			}
-		case Q4:
-			for i := range out {
-				c := lo + i
-				b := src[c/32*16+c%16]
-				if c%32 >= 16 {
-					b >>= 4
-				}
-				out[i] = d*float32(b&15) + m
-			}
-		case Q2:
-			for i := range out {
-				c := lo + i
-				out[i] = d*float32(src[c/32*8+c%8]>>(2*(c%32/8))&3) + m
-			}
-		case Q1:
-			for i := range out {
-				c := lo + i
-				if src[c/8]>>(c%8)&1 == 1 {
-					out[i] = d
-				} else {
-					out[i] = -d
-				}
-			}
-		}
+		s.dequantize(src[lo/block*s.BlockBytes:], t.Scales[row*ng+g].Float32(), m, dst[lo:hi])
 	}
 }
 
 // weight is one dequantized weight from its code.
 func (t *Tensor) weight(row, c int, q int32) float32 {
-	if t.Format == TQ2 {
+	s := t.Format.spec()
+	if s.TensorScale {
 		return float32(q) * t.Scale
 	}
 	g := row*t.Groups() + c/t.GroupSize
 	d := t.Scales[g].Float32()
-	switch t.Format {
-	case Q4, Q2:
+	if s.Mins {
 		return d*float32(q) + t.Mins[g].Float32()
 	}
 	return d * float32(q)
@@ -504,19 +461,7 @@ func (t *Tensor) DotRef(row int, x []float64) float64 {
 
 // Dot is the fast dot product of row with x (len >= Cols), on packed bytes.
 func (t *Tensor) Dot(row int, x []float32) float32 {
-	switch t.Format {
-	case Q8:
-		return dotQ8(t, row, x)
-	case Q4:
-		return dotQ4(t, row, x)
-	case Q2:
-		return dotQ2(t, row, x)
-	case Q1:
-		return dotQ1(t, row, x)
-	case TQ2:
-		return dotTQ2(t, row, x)
-	}
-	return 0
+	return t.Format.spec().dot(t, row, x)
 }
 
 // RelL2 is ||got - ref|| / ||ref|| in float64; NaN when either holds a NaN,

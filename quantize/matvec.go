@@ -6,10 +6,11 @@ import (
 )
 
 // MatVec computes y[r] = row r · x for every row, rows split across
-// workers goroutines. tq2 quantizes x to int8 once (BitNet's W2A8).
+// workers goroutines. A format with int8 activations (tq2, BitNet's W2A8)
+// quantizes x to int8 once.
 func MatVec(ctx context.Context, t *Tensor, x, y []float32, workers int) {
 	var a *Int8Vec
-	if t.Format == TQ2 {
+	if t.Format.spec().Int8Activations {
 		a = &Int8Vec{}
 		QuantizeInt8(x[:t.Cols], a)
 	}
@@ -29,7 +30,7 @@ func MatVec(ctx context.Context, t *Tensor, x, y []float32, workers int) {
 // while its packed bytes are in cache, so weights are read once.
 func MatMul(ctx context.Context, t *Tensor, x []float32, n int, y []float32, workers int) {
 	var acts []Int8Vec
-	if t.Format == TQ2 {
+	if t.Format.spec().Int8Activations {
 		acts = make([]Int8Vec, n)
 		for i := range acts {
 			QuantizeInt8(x[i*t.Cols:(i+1)*t.Cols], &acts[i])

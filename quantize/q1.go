@@ -13,8 +13,16 @@ import (
 // error for sign codes. Layout: each block of 32 weights is a little-endian
 // uint32 whose bit i is weight i (1 = +1, for w >= 0); padding bits are 0.
 
-// quantizeQ1Row packs one row.
-func quantizeQ1Row(t *Tensor, r int, row []float32) {
+// q1Spec describes q1; its fp16 scales bound a weight to 65504.
+var q1Spec = Spec{
+	Format: Q1, Bits: 1, CodeBits: 1, BlockBytes: 4, MaxCode: 1, Group: 32, TableGroup: 32,
+	maxAbs: maxF16, maxAbsWhy: "its f16 scales hold at most 65504",
+	quantizeRow: quantizeQ1Row, code: codeQ1, dequantize: dequantizeQ1, dot: dotQ1,
+}
+
+// quantizeQ1Row packs one row. It has no search: the mean |w| is already
+// the best scale for the signs.
+func quantizeQ1Row(t *Tensor, r int, row []float32, _ bool, _ []int32) {
 	rb := t.RowBytes()
 	dst := t.Data[r*rb : (r+1)*rb]
 	ng := t.Groups()
@@ -28,7 +36,36 @@ func quantizeQ1Row(t *Tensor, r int, row []float32) {
 				dst[c/8] |= 1 << (c % 8)
 			}
 		}
-		t.Scales[r*ng+g] = half.FromFloat32(float32(s / float64(hi-lo)))
+		d := half.FromFloat32(float32(s / float64(hi-lo)))
+		t.Scales[r*ng+g] = d
+		df := d.Float32()
+		for _, v := range row[lo:hi] {
+			if v >= 0 {
+				t.addErr(v, df) // as DequantizeRow computes it
+			} else {
+				t.addErr(v, -df)
+			}
+		}
+	}
+}
+
+// codeQ1 reads weight c's code: +1 where its bit is set, else -1.
+func codeQ1(row []byte, c int) int32 {
+	b, j := c/block, c%block
+	if row[b*4+j/8]>>(j%8)&1 == 1 {
+		return 1
+	}
+	return -1
+}
+
+// dequantizeQ1 writes d times each weight's sign.
+func dequantizeQ1(blocks []byte, d, _ float32, out []float32) {
+	for c := range out {
+		if blocks[c/8]>>(c%8)&1 == 1 {
+			out[c] = d
+		} else {
+			out[c] = -d
+		}
 	}
 }
 

@@ -6,6 +6,16 @@ package quantize
 // word shifted by 2k and masked with 0x03030303 yields four consecutive
 // weights (tq2 uses the same layout).
 
+// q2Spec describes q2. Its default group is 32 as well: the fp16 scale and
+// minimum then cost 1 bit per weight; group 64 would halve that at the
+// price of a larger error, and with only four levels per weight the smaller
+// group is the safer default (--group-size 64 trades it back).
+var q2Spec = Spec{
+	Format: Q2, Bits: 2, CodeBits: 2, BlockBytes: 8, MaxCode: 3, Group: 32, TableGroup: 32, Mins: true,
+	maxAbs: maxF16, maxAbsWhy: "its f16 scales and minimums hold at most 65504",
+	quantizeRow: quantizeAsymRow, pack: packQ2, code: codeQ2, dequantize: dequantizeQ2, dot: dotQ2,
+}
+
 // packQ2 packs a group's codes (a multiple of 32) into dst.
 func packQ2(dst []byte, codes []int32) {
 	for b := 0; b < len(codes)/block; b++ {
@@ -14,6 +24,20 @@ func packQ2(dst []byte, codes []int32) {
 		for j := 0; j < 8; j++ {
 			out[j] = byte(c[j]) | byte(c[j+8])<<2 | byte(c[j+16])<<4 | byte(c[j+24])<<6
 		}
+	}
+}
+
+// codeQ2 reads weight c's code: weight j of its block is in bits 2k and
+// 2k+1 of the block's byte j%8, k = j/8.
+func codeQ2(row []byte, c int) int32 {
+	b, j := c/block, c%block
+	return int32(row[b*8+j%8]>>(2*(j/8))) & 3
+}
+
+// dequantizeQ2 writes d*q + m.
+func dequantizeQ2(blocks []byte, d, m float32, out []float32) {
+	for c := range out {
+		out[c] = d*float32(blocks[c/32*8+c%8]>>(2*(c%32/8))&3) + m
 	}
 }
 

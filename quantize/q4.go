@@ -6,6 +6,13 @@ package quantize
 // 32-bit word masked with 0x0F0F0F0F yields four consecutive weights. Groups
 // of 64 or 128 are consecutive blocks.
 
+// q4Spec describes q4; its fp16 scales and minimums bound a weight to 65504.
+var q4Spec = Spec{
+	Format: Q4, Bits: 4, CodeBits: 4, BlockBytes: 16, MaxCode: 15, Group: 32, TableGroup: 32, Mins: true,
+	maxAbs: maxF16, maxAbsWhy: "its f16 scales and minimums hold at most 65504",
+	quantizeRow: quantizeAsymRow, pack: packQ4, code: codeQ4, dequantize: dequantizeQ4, dot: dotQ4,
+}
+
 // packQ4 packs a group's codes (a multiple of 32) into dst.
 func packQ4(dst []byte, codes []int32) {
 	for b := 0; b < len(codes)/block; b++ {
@@ -14,6 +21,28 @@ func packQ4(dst []byte, codes []int32) {
 		for j := 0; j < 16; j++ {
 			out[j] = byte(c[j]) | byte(c[j+16])<<4
 		}
+	}
+}
+
+// codeQ4 reads weight c's code: the low nibble of byte j of its block for
+// j < 16, the high nibble of byte j-16 after.
+func codeQ4(row []byte, c int) int32 {
+	b, j := c/block, c%block
+	v := row[b*16+j%16]
+	if j >= 16 {
+		return int32(v >> 4)
+	}
+	return int32(v & 15)
+}
+
+// dequantizeQ4 writes d*q + m.
+func dequantizeQ4(blocks []byte, d, m float32, out []float32) {
+	for c := range out {
+		b := blocks[c/32*16+c%16]
+		if c%32 >= 16 {
+			b >>= 4
+		}
+		out[c] = d*float32(b&15) + m
 	}
 }
 

@@ -42,8 +42,8 @@ func TestBlockLayoutSizes(t *testing.T) {
 	// Byte sizes of 32 weights, asserted like llama.cpp's static_asserts.
 	want := map[Format]int{Q8: 32, Q4: 16, Q2: 8, Q1: 4, TQ2: 8}
 	for f, n := range want {
-		if blockBytes(f) != n {
-			t.Errorf("%s: %d bytes per 32 weights, want %d", f, blockBytes(f), n)
+		if got := f.Spec().BlockBytes; got != n {
+			t.Errorf("%s: %d bytes per 32 weights, want %d", f, got, n)
 		}
 		tt := Tensor{Format: f, Rows: 1, Cols: 100, GroupSize: f.DefaultGroupSize()}
 		if got := tt.RowBytes(); got != 4*n { // 100 weights -> 4 blocks
@@ -56,25 +56,77 @@ func TestBlockLayoutSizes(t *testing.T) {
 	}
 }
 
+// TestSpecs holds every Spec to its layout, as llama.cpp's static_asserts
+// hold a block struct to its size: a block is 32 codes of CodeBits, the
+// codes a quantizer writes lie in 0..MaxCode (asymmetric) or
+// -MaxCode..MaxCode, and every part a fact promises is there.
+func TestSpecs(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	w := heavy(r, 2*300)
+	for _, f := range []Format{F32, F16, BF16, Q8, Q4, Q2, Q1, TQ2} {
+		s := f.Spec()
+		if s.Format != f {
+			t.Errorf("%s: Spec describes %q", f, s.Format)
+		}
+		if s.BlockBytes*8 != s.CodeBits*block {
+			t.Errorf("%s: %d bytes a block of 32 %d-bit codes", f, s.BlockBytes, s.CodeBits)
+		}
+		if !f.Quantized() {
+			if s.Bits < 16 || s.CodeBits != 0 || s.Group != 0 || s.quantizeRow != nil || s.dot != nil {
+				t.Errorf("%s: a float format with packing facts: %+v", f, s)
+			}
+			continue
+		}
+		if s.Bits > float64(s.CodeBits) || s.Bits <= float64(s.CodeBits-1) || s.MaxCode >= 1<<s.CodeBits {
+			t.Errorf("%s: %v bits, max code %d, in %d-bit codes", f, s.Bits, s.MaxCode, s.CodeBits)
+		}
+		if s.TensorScale != (s.Group == 0) || s.Group%block != 0 || s.TableGroup%block != 0 || s.TensorScale != (s.TableGroup == 0) {
+			t.Errorf("%s: groups %d and %d (tables), tensor scale %v", f, s.Group, s.TableGroup, s.TensorScale)
+		}
+		if s.quantizeRow == nil || s.code == nil || s.dequantize == nil || s.dot == nil ||
+			s.Mins && s.pack == nil || s.Int8Activations && s.dotInt8 == nil || !(s.maxAbs > 0) {
+			t.Errorf("%s: Spec lacks a function or a limit", f)
+		}
+		q, err := Quantize(ctx, f, w, 2, 300, Options{Search: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lo := -s.MaxCode
+		if s.Mins {
+			lo = 0
+		}
+		for row := 0; row < 2; row++ {
+			for c, code := range q.RowCodes(row) {
+				if code < lo || code > s.MaxCode {
+					t.Fatalf("%s: weight %d of row %d has code %d, outside %d..%d", f, c, row, code, lo, s.MaxCode)
+				}
+			}
+		}
+	}
+	if s := Format("q3").Spec(); Format("q3").Quantized() || s.Bits != 32 || s.Group != 0 {
+		t.Errorf("an unknown format has facts: %+v", s)
+	}
+}
+
 // TestKnownLayout builds packed bytes by hand and checks each weight's code.
 func TestKnownLayout(t *testing.T) {
 	row := make([]byte, 16)
 	row[3] = 0xA5 // q4: weight 3 = 5 (low), weight 19 = 10 (high)
-	if codeAt(Q4, row, 3) != 5 || codeAt(Q4, row, 19) != 10 {
-		t.Errorf("q4 nibbles: %d %d", codeAt(Q4, row, 3), codeAt(Q4, row, 19))
+	if Q4.spec().code(row, 3) != 5 || Q4.spec().code(row, 19) != 10 {
+		t.Errorf("q4 nibbles: %d %d", Q4.spec().code(row, 3), Q4.spec().code(row, 19))
 	}
 	row = make([]byte, 8)
 	row[2] = 0b11_10_01_00 // q2: weights 2, 10, 18, 26 = 0, 1, 2, 3
 	for k, c := range []int{2, 10, 18, 26} {
-		if codeAt(Q2, row, c) != int32(k) {
-			t.Errorf("q2 weight %d = %d, want %d", c, codeAt(Q2, row, c), k)
+		if Q2.spec().code(row, c) != int32(k) {
+			t.Errorf("q2 weight %d = %d, want %d", c, Q2.spec().code(row, c), k)
 		}
-		if codeAt(TQ2, row, c) != int32(k-1) {
-			t.Errorf("tq2 weight %d = %d, want %d", c, codeAt(TQ2, row, c), k-1)
+		if TQ2.spec().code(row, c) != int32(k-1) {
+			t.Errorf("tq2 weight %d = %d, want %d", c, TQ2.spec().code(row, c), k-1)
 		}
 	}
 	row = []byte{0x01, 0, 0, 0x80} // q1: bit 0 and bit 31 set
-	if codeAt(Q1, row, 0) != 1 || codeAt(Q1, row, 31) != 1 || codeAt(Q1, row, 1) != -1 {
+	if Q1.spec().code(row, 0) != 1 || Q1.spec().code(row, 31) != 1 || Q1.spec().code(row, 1) != -1 {
 		t.Error("q1 bits")
 	}
 }
@@ -119,7 +171,7 @@ func repack(t *testing.T, q *Tensor) []byte {
 	for r := 0; r < q.Rows; r++ {
 		codes := q.RowCodes(r)
 		dst := out[r*rb : (r+1)*rb]
-		nb := rb / blockBytes(q.Format)
+		nb := rb / q.Format.Spec().BlockBytes
 		if q.Format == TQ2 {
 			for i := range dst {
 				dst[i] = 0x55

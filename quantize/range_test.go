@@ -42,7 +42,7 @@ func TestCheckRange(t *testing.T) {
 // error naming the weight, instead of an infinite scale and NaN weights.
 func TestQuantizeAtTheLimit(t *testing.T) {
 	for _, f := range []Format{Q8, Q4, Q2, Q1, TQ2} {
-		limit, _ := f.maxAbs()
+		limit := f.spec().maxAbs
 		for _, search := range []bool{false, true} {
 			// Groups of one sign, of both, and of one value repeated (min = max).
 			rows, cols := 4, 64

@@ -103,15 +103,12 @@ func plainSums(w []float32) (sw, sww float64) {
 
 // quantizeAsymRow packs one q4 or q2 row.
 func quantizeAsymRow(t *Tensor, r int, row []float32, search bool, codes []int32) {
-	levels := int32(15)
-	pack := packQ4
-	if t.Format == Q2 {
-		levels, pack = 3, packQ2
-	}
+	s := t.Format.spec()
+	levels, pack := s.MaxCode, s.pack
 	rb := t.RowBytes()
 	dst := t.Data[r*rb : (r+1)*rb]
 	ng := t.Groups()
-	gBytes := t.GroupSize / block * blockBytes(t.Format)
+	gBytes := t.GroupSize / block * s.BlockBytes
 	for g := 0; g < ng; g++ {
 		lo, hi := groupBounds(g, t.GroupSize, len(row))
 		w := row[lo:hi]

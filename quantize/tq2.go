@@ -13,11 +13,20 @@ import "math"
 // float32; model/bitnet_test.go finds them equal on all 14 linears (139M
 // weights) of a 2B-4T-shaped model, its S within 4 ulps of this exact mean.
 
+// tq2Spec describes tq2: 2-bit codes carrying log2(3) bits, a float32
+// scale per tensor (any finite weight fits) and int8 activations.
+var tq2Spec = Spec{
+	Format: TQ2, Bits: math.Log2(3), CodeBits: 2, BlockBytes: 8, MaxCode: 1, TensorScale: true, Int8Activations: true,
+	maxAbs:      math.MaxFloat32,
+	quantizeRow: quantizeTQ2Row, code: codeTQ2, dequantize: dequantizeTQ2, dot: dotTQ2, dotInt8: dotInt8TQ2,
+}
+
 // tq2MinScale is BitNet's clamp on the absmean.
 const tq2MinScale = 1e-5
 
-// quantizeTQ2Row packs one row at the tensor's scale.
-func quantizeTQ2Row(t *Tensor, r int, row []float32) {
+// quantizeTQ2Row packs one row at the tensor's scale (set by Quantize);
+// there is nothing to search.
+func quantizeTQ2Row(t *Tensor, r int, row []float32, _ bool, _ []int32) {
 	rb := t.RowBytes()
 	dst := t.Data[r*rb : (r+1)*rb]
 	inv := 1 / float64(t.Scale)
@@ -26,11 +35,22 @@ func quantizeTQ2Row(t *Tensor, r int, row []float32) {
 	}
 	for c, v := range row {
 		q := int32(math.RoundToEven(float64(v) * inv))
-		q = min(max(q, -1), 1) + 1
+		q = min(max(q, -1), 1)
+		t.addErr(v, float32(q)*t.Scale) // as DequantizeRow computes it
 		b, j := c/block, c%block
 		k := b*8 + j%8
 		shift := 2 * (j / 8)
-		dst[k] = dst[k]&^(3<<shift) | byte(q)<<shift
+		dst[k] = dst[k]&^(3<<shift) | byte(q+1)<<shift
+	}
+}
+
+// codeTQ2 reads weight c's code: q2's, less 1.
+func codeTQ2(row []byte, c int) int32 { return codeQ2(row, c) - 1 }
+
+// dequantizeTQ2 writes d*t, d being the tensor's scale.
+func dequantizeTQ2(blocks []byte, d, _ float32, out []float32) {
+	for c := range out {
+		out[c] = float32(codeTQ2(blocks, c)) * d
 	}
 }
 
@@ -65,4 +85,27 @@ func dotTQ2(t *Tensor, r int, x []float32) float32 {
 		}
 	}
 	return s * t.Scale
+}
+
+// dotInt8TQ2 is W2A8: S*a.Scale*sum(t*q), integer throughout.
+func dotInt8TQ2(t *Tensor, row int, a *Int8Vec) float32 {
+	rb := t.RowBytes()
+	src := t.Data[row*rb : (row+1)*rb]
+	var acc int32
+	for b := 0; b < t.Cols; b += block {
+		p := src[b/4 : b/4+8]
+		if b+block <= t.Cols {
+			q := a.Q[b : b+32 : b+32]
+			for j := 0; j < 8; j++ {
+				v := p[j]
+				acc += (int32(v&3)-1)*int32(q[j]) + (int32(v>>2&3)-1)*int32(q[j+8]) +
+					(int32(v>>4&3)-1)*int32(q[j+16]) + (int32(v>>6)-1)*int32(q[j+24])
+			}
+			continue
+		}
+		for j := 0; b+j < t.Cols; j++ {
+			acc += tq2Values(p[j%8])[j/8] * int32(a.Q[b+j])
+		}
+	}
+	return float32(acc) * t.Scale * a.Scale
 }

@@ -50,7 +50,7 @@ func (c *CUDA) MatVec(t *quantize.Tensor, x []float32, act Act) ([]float32, erro
 // MatMul implements Backend. The GPU has no W2A8 matrix-matrix kernel yet,
 // so tq2 (int8 activations per token) runs one int8 product per token.
 func (c *CUDA) MatMul(t *quantize.Tensor, x []float32, n int) ([]float32, error) {
-	if t.Format != quantize.TQ2 {
+	if !t.Format.Spec().Int8Activations {
 		return c.D.MatMul(t, x, n)
 	}
 	m, err := c.D.Upload(t)

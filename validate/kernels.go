@@ -338,8 +338,9 @@ func (Quantize) Name() string { return "cpu-quantize" }
 // MatVec implements Backend.
 func (q Quantize) MatVec(t *quantize.Tensor, x []float32, act Act) ([]float32, error) {
 	y := make([]float32, t.Rows)
+	i8 := t.Format.Spec().Int8Activations
 	switch {
-	case act == ActFloat && t.Format != quantize.TQ2, act == ActInt8 && t.Format == quantize.TQ2:
+	case act == ActFloat && !i8, act == ActInt8 && i8:
 		// quantize.MatVec quantizes tq2's activations to int8 itself.
 		quantize.MatVec(context.Background(), t, x, y, q.Workers)
 	case act == ActFloat:
