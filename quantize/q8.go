@@ -13,11 +13,10 @@ import (
 // q8Spec describes q8. An embedding table or output head takes groups of
 // 128: these are a model's largest tensors, and at batch 1 the head is read
 // whole every token; a 128-weight group cuts the fp16 scales from 6% of its
-// bytes to 1.6% (8.125 bits a weight against 8.5) for a rounding error
-// 1.2x-1.3x larger on Gaussian or Laplace rows (0.64% and 0.88% relative,
-// against 0.52% and 0.66%), still well below what 6-bit heads cost
-// (BitNet-2B decode +1.3%, H100, BENCHMARKS.md). Its scale is a group's
-// largest |w| / 127, so weights up to 127 times the largest fp16 fit.
+// bytes to 1.6% (8.125 bits a weight against 8.5) for a rounding error only
+// slightly larger, still far below what fewer bits in the head would cost
+// (BENCHMARKS.md has the figures). Its scale is a group's largest |w| / 127,
+// so weights up to 127 times the largest fp16 fit.
 var q8Spec = Spec{
 	Format: Q8, Bits: 8, CodeBits: 8, BlockBytes: 32, MaxCode: 127, Group: 32, TableGroup: 128,
 	maxAbs: 127 * maxF16, maxAbsWhy: "its f16 scales, a group's largest |weight| / 127, hold at most 65504",
