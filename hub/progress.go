@@ -64,7 +64,7 @@ func (l *lineBuf) String() string {
 func newBar(w io.Writer, size int64, desc string) *progressbar.ProgressBar {
 	return progressbar.NewOptions64(size,
 		progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(desc),
-		progressbar.OptionShowBytes(true), progressbar.OptionShowCount(),
+		progressbar.OptionShowBytes(true), progressbar.OptionUseIECUnits(true), progressbar.OptionShowCount(),
 		progressbar.OptionSetWidth(25), progressbar.OptionThrottle(100*time.Millisecond),
 		progressbar.OptionSetPredictTime(true), progressbar.OptionSetRenderBlankState(true))
 }
