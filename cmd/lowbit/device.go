@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -50,7 +51,11 @@ func (b *backends) open() (model.Backend, func(), error) {
 		return nil, nil, fmt.Errorf("--device cuda: %w", err)
 	}
 	if !b.told && b.msg != nil {
-		fmt.Fprintf(b.msg, "lowbit: no usable GPU (%v); running on the CPU\n", err)
+		why := err.Error()
+		if errors.Is(err, gpu.ErrNoDriver) {
+			why = "no NVIDIA driver"
+		}
+		fmt.Fprintf(b.msg, "lowbit: no usable GPU (%s); running on the CPU (--device cpu or -q: no notice)\n", why)
 	}
 	b.told = true
 	return nil, func() {}, nil
