@@ -230,20 +230,6 @@ func TestConvertNeverDeletesWhatItDidNotCreate(t *testing.T) {
 			t.Errorf("the first finished model was damaged: %v", err)
 		}
 	})
-	t.Run("missing parent is created", func(t *testing.T) {
-		out := filepath.Join(t.TempDir(), "a", "b", "out")
-		if err := run(out, false, nil); err != nil {
-			t.Fatal(err)
-		}
-		st, err := os.Stat(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Modes follow the umask (022 or 002 here), never a private 0700.
-		if st.Mode().Perm()&0o055 != 0o055 {
-			t.Errorf("output mode %v", st.Mode().Perm())
-		}
-	})
 	t.Run("stale partial removed", func(t *testing.T) {
 		parent := t.TempDir()
 		dead := filepath.Join(parent, ".old.partial-0123")
