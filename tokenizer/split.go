@@ -16,7 +16,6 @@ const (
 	qwen2Pattern  = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 )
 
-
 // matcher finds the next match of a split pattern in s at or after start: [begin, end),
 // or begin < 0 when there is none.
 type matcher interface {
