@@ -66,18 +66,38 @@ func looksLikeTiktoken(b []byte) bool {
 			return false
 		}
 	}
-	for _, c := range rank {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
+	return rank[0] >= '0' && rank[0] <= '9'
 }
 
-// parseTiktoken reads a tiktoken file: one "base64-token rank" per line, the ranks
-// 0..n-1 each once. Only Llama 3's file is known (its pre-tokenizer pattern and special
-// tokens live in code, not in the file), so other rank counts are refused.
-func parseTiktoken(b []byte) (*hfModel, error) {
+// parseTiktoken reads Llama 3's tiktoken tokenizer.model. Its pre-tokenizer pattern and
+// special tokens live in Meta's code, not in the file, so other tiktoken files (other
+// rank counts) are refused. The special tokens are added (tokenizer_config.json's
+// added_tokens_decoder, whose names of the reserved tokens differ between Llama 3
+// releases), else Meta's.
+func parseTiktoken(b []byte, added []hfAdded) (*hfModel, error) {
+	tokens, err := parseTiktokenRanks(b)
+	if err != nil {
+		return nil, err
+	}
+	if len(tokens) != llama3RankCount {
+		return nil, fmt.Errorf("%d ranks: only Llama 3's tiktoken file (%d ranks) is known", len(tokens), llama3RankCount)
+	}
+	if len(added) == 0 {
+		for i, s := range llama3Specials() {
+			added = append(added, hfAdded{ID: llama3RankCount + i, Content: s, Special: true})
+		}
+	}
+	m, err := tiktokenModel(tokens, added, wordMatcher{llama3: true, digits: 3})
+	if err != nil {
+		return nil, err
+	}
+	m.bos, m.addBOS = llama3RankCount, true // <|begin_of_text|>
+	return m, nil
+}
+
+// parseTiktokenRanks reads a tiktoken file: one "base64-token rank" per line, the ranks
+// 0..n-1 each once, every single byte a token. It returns the tokens by rank.
+func parseTiktokenRanks(b []byte) ([]string, error) {
 	if len(b) > maxTiktokenSize {
 		return nil, fmt.Errorf("tiktoken file of %d bytes is over the %d MiB limit", len(b), maxTiktokenSize>>20)
 	}
@@ -113,17 +133,18 @@ func parseTiktoken(b []byte) (*hfModel, error) {
 			return nil, fmt.Errorf("no token for the byte 0x%02X (every byte needs one)", c)
 		}
 	}
-	if n != llama3RankCount {
-		return nil, fmt.Errorf("%d ranks: only Llama 3's tiktoken file (%d ranks) is known", n, llama3RankCount)
-	}
+	return tokens, nil
+}
+
+// tiktokenModel is the byte-level BPE of tiktoken ranks (tokens by rank), with the
+// added tokens and the pre-tokenizer pattern.
+func tiktokenModel(tokens []string, added []hfAdded, pattern matcher) (*hfModel, error) {
 	b2u, _ := bytesToUnicode()
-	vocab := make(map[string]int, n)
+	vocab := make(map[string]int, len(tokens))
+	rankOf := make(map[string]int, len(tokens))
 	for rank, tok := range tokens {
 		vocab[byteLevelString(&b2u, tok)] = rank
-	}
-	var added []hfAdded
-	for i, s := range llama3Specials() {
-		added = append(added, hfAdded{ID: n + i, Content: s, Special: true})
+		rankOf[tok] = rank
 	}
 	m, err := newHFModel(vocab, added)
 	if err != nil {
@@ -142,9 +163,8 @@ func parseTiktoken(b []byte) (*hfModel, error) {
 	}
 	// tiktoken takes a word that is a token whole, as tokenizers' ignore_merges does.
 	m.ignoreMg = true
-	m.setByteLevel(wordMatcher{llama3: true, digits: 3}, false)
+	m.setByteLevel(pattern, false)
 	m.finish()
-	m.bos, m.addBOS = n, true // <|begin_of_text|>
 	return m, nil
 }
 

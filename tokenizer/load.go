@@ -73,7 +73,7 @@ func loadVocabulary(dir string, cfg *tokenizerConfig) (Tokenizer, error) {
 	case fileExists(jsonPath):
 		return LoadHFJSON(jsonPath)
 	case fileExists(modelPath):
-		return loadTokenizerModel(modelPath)
+		return loadTokenizerModel(modelPath, cfg)
 	case fileExists(vocabPath) && fileExists(mergesPath):
 		return loadVocabMerges(dir, cfg)
 	}
@@ -81,13 +81,17 @@ func loadVocabulary(dir string, cfg *tokenizerConfig) (Tokenizer, error) {
 }
 
 // loadTokenizerModel reads a tokenizer.model: SentencePiece protobuf or tiktoken text.
-func loadTokenizerModel(path string) (Tokenizer, error) {
+func loadTokenizerModel(path string, cfg *tokenizerConfig) (Tokenizer, error) {
 	b, err := safefile.ReadFile(path, maxSentencePieceSize)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	if looksLikeTiktoken(b) {
-		m, err := parseTiktoken(b)
+		added, err := cfg.addedTokens()
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %s: %w", filepath.Join(filepath.Dir(path), "tokenizer_config.json"), err)
+		}
+		m, err := parseTiktoken(b, added)
 		if err != nil {
 			return nil, fmt.Errorf("tokenizer: %s: tiktoken: %w", path, err)
 		}
