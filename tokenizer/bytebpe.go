@@ -99,7 +99,7 @@ func parseTiktoken(b []byte, added []hfAdded) (*hfModel, error) {
 // 0..n-1 each once, every single byte a token. It returns the tokens by rank.
 func parseTiktokenRanks(b []byte) ([]string, error) {
 	if len(b) > maxTiktokenSize {
-		return nil, fmt.Errorf("tiktoken file of %d bytes is over the %d MiB limit", len(b), maxTiktokenSize>>20)
+		return nil, fmt.Errorf("%d bytes is over the %d MiB limit of a tiktoken file", len(b), maxTiktokenSize>>20)
 	}
 	lines := strings.Split(string(b), "\n")
 	n := 0

@@ -116,6 +116,8 @@ func TestLoadRefusesBadVocabularyFiles(t *testing.T) {
 			`tokenizer.model: tiktoken: line 1: "QQ== 0 x" is not "base64-token rank"`},
 		{"tiktoken long token", map[string]string{"tokenizer.model": tiktokenFile(strings.Repeat("x", 300))},
 			`tokenizer.model: tiktoken: line 257: token of 300 bytes is over the 256-byte limit`},
+		{"tiktoken too large", map[string]string{"tokenizer.model": "QQ== 0\n" + strings.Repeat("\n", maxTiktokenSize)},
+			`tokenizer.model: tiktoken: 16777223 bytes is over the 16 MiB limit of a tiktoken file`},
 		{"tiktoken missing byte", map[string]string{"tokenizer.model": "QQ== 0\n"},
 			`tokenizer.model: tiktoken: no token for the byte 0x00 (every byte needs one)`},
 		{"tiktoken not Llama 3", map[string]string{"tokenizer.model": good},
