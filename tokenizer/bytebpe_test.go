@@ -189,9 +189,11 @@ func TestVocabMergesGPT2(t *testing.T) {
 	}
 }
 
-// fuzzEncode encodes a few strings with m; ids must be in the vocabulary and decode to valid UTF-8.
+// fuzzEncode encodes a few strings with m; ids must be in the vocabulary and decode to
+// valid UTF-8, and ids outside it must decode without a crash.
 func fuzzEncode(t *testing.T, m *hfModel) {
-	for _, s := range []string{"", "Hello world", " a  b\n", "日本🦙 123456", "<|x|>a<|x|>", "\xff"} {
+	m.Decode([]int{-1, 0, 1, 1 << 30})
+	for _, s := range []string{"", "Hello world", " a  b\n", "日本🦙 123456", "<x>a<x>", "<|x|>a<|x|>", "\xff"} {
 		ids, err := m.Encode(s, true)
 		if err != nil {
 			continue
