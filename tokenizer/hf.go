@@ -11,6 +11,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"golang.org/x/text/unicode/norm"
+
 	"lowbit/internal/safefile"
 )
 
@@ -95,7 +97,7 @@ type hfBPE struct {
 
 // Pipeline steps, compiled from tokenizer.json.
 type normStep struct {
-	kind     string // prepend, replace, lower, strip
+	kind     string // prepend, replace, lower, strip, nfc
 	a, b     string
 	left, rt bool
 }
@@ -189,38 +191,14 @@ func parseHFJSON(b []byte) (*hfModel, error) {
 	if bm.EndSuffix != nil && *bm.EndSuffix != "" {
 		return nil, fmt.Errorf("model.end_of_word_suffix %q is not supported", *bm.EndSuffix)
 	}
-	m := &hfModel{vocab: bm.Vocab, unk: -1, fuseUnk: bm.FuseUnk, byteFB: bm.ByteFallback,
-		ignoreMg: bm.IgnoreMerges, addedByID: map[int]hfAdded{}}
-	if m.vocab == nil {
+	if bm.Vocab == nil {
 		return nil, errors.New("model.vocab: missing")
 	}
-	size := 0
-	const maxID = 1 << 24
-	for s, id := range m.vocab {
-		if id < 0 || id >= maxID {
-			return nil, fmt.Errorf("model.vocab: %q has id %d out of range", s, id)
-		}
-		size = max(size, id+1)
+	m, err := newHFModel(bm.Vocab, f.AddedTokens)
+	if err != nil {
+		return nil, err
 	}
-	for _, a := range f.AddedTokens {
-		if a.ID < 0 || a.ID >= maxID {
-			return nil, fmt.Errorf("added_tokens: %q has id %d out of range", a.Content, a.ID)
-		}
-		if a.Content == "" {
-			return nil, fmt.Errorf("added_tokens: id %d has empty content", a.ID)
-		}
-		size = max(size, a.ID+1)
-	}
-	m.pieces = make([]string, size)
-	for s, id := range m.vocab {
-		m.pieces[id] = s
-	}
-	for _, a := range f.AddedTokens {
-		m.pieces[a.ID] = a.Content
-		m.addedByID[a.ID] = a
-		m.added = append(m.added, a)
-	}
-	sort.SliceStable(m.added, func(i, j int) bool { return len(m.added[i].Content) > len(m.added[j].Content) })
+	m.fuseUnk, m.byteFB, m.ignoreMg = bm.FuseUnk, bm.ByteFallback, bm.IgnoreMerges
 	if bm.UnkToken != nil {
 		id, ok := m.vocab[*bm.UnkToken]
 		if !ok {
@@ -231,7 +209,6 @@ func parseHFJSON(b []byte) (*hfModel, error) {
 	if err := m.parseMerges(bm.Merges); err != nil {
 		return nil, err
 	}
-	var err error
 	if m.norm, err = compileNorm(f.Normalizer); err != nil {
 		return nil, fmt.Errorf("normalizer: %w", err)
 	}
@@ -244,6 +221,50 @@ func parseHFJSON(b []byte) (*hfModel, error) {
 	if m.dec, err = compileDec(f.Decoder); err != nil {
 		return nil, fmt.Errorf("decoder: %w", err)
 	}
+	m.finish()
+	return m, nil
+}
+
+// maxTokenID bounds the ids of every vocabulary file, so that a hostile id cannot make
+// the id -> piece table huge; real vocabularies stay below 300k.
+const maxTokenID = 1 << 24
+
+// newHFModel makes a BPE tokenizer of vocab and added tokens, with no merges and no
+// pipeline yet: the caller adds them, then calls finish.
+func newHFModel(vocab map[string]int, added []hfAdded) (*hfModel, error) {
+	m := &hfModel{vocab: vocab, unk: -1, addedByID: map[int]hfAdded{}, merges: map[mergeKey]mergeVal{}}
+	size := 0
+	for s, id := range m.vocab {
+		if id < 0 || id >= maxTokenID {
+			return nil, fmt.Errorf("vocab entry %q has id %d out of range", s, id)
+		}
+		size = max(size, id+1)
+	}
+	for _, a := range added {
+		if a.ID < 0 || a.ID >= maxTokenID {
+			return nil, fmt.Errorf("added token %q has id %d out of range", a.Content, a.ID)
+		}
+		if a.Content == "" {
+			return nil, fmt.Errorf("added token %d has empty content", a.ID)
+		}
+		size = max(size, a.ID+1)
+	}
+	m.pieces = make([]string, size)
+	for s, id := range m.vocab {
+		m.pieces[id] = s
+	}
+	for _, a := range added {
+		m.pieces[a.ID] = a.Content
+		m.addedByID[a.ID] = a
+		m.added = append(m.added, a)
+	}
+	sort.SliceStable(m.added, func(i, j int) bool { return len(m.added[i].Content) > len(m.added[j].Content) })
+	return m, nil
+}
+
+// finish derives what the pipeline implies (byte-level or not, BOS from the
+// post-processor, EOS and end-of-turn ids from the added tokens).
+func (m *hfModel) finish() {
 	for _, p := range m.pre {
 		if p.kind == "bytelevel" {
 			m.byteLevel = true
@@ -274,7 +295,6 @@ func parseHFJSON(b []byte) (*hfModel, error) {
 		}
 	}
 	m.eosIDs = defaultEOSIDs(m, m.eos)
-	return m, nil
 }
 
 // byteTokensUnmerged reports whether all 256 <0xXX> tokens exist and no merge uses one.
@@ -305,7 +325,6 @@ func (m *hfModel) addedIDByContent(s string) (int, bool) {
 }
 
 func (m *hfModel) parseMerges(raw json.RawMessage) error {
-	m.merges = map[mergeKey]mergeVal{}
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
 	}
@@ -328,16 +347,24 @@ func (m *hfModel) parseMerges(raw json.RawMessage) error {
 		} else {
 			return fmt.Errorf("model.merges[%d] is neither \"a b\" nor [a, b]", rank)
 		}
-		ia, ok1 := m.vocab[a]
-		ib, ok2 := m.vocab[b]
-		ic, ok3 := m.vocab[a+b]
-		if !ok1 || !ok2 || !ok3 {
-			return fmt.Errorf("model.merges[%d] (%q, %q): token not in the vocab", rank, a, b)
+		if err := m.addMerge(a, b, rank); err != nil {
+			return fmt.Errorf("model.merges[%d] %w", rank, err)
 		}
-		k := mergeKey{int32(ia), int32(ib)}
-		if _, dup := m.merges[k]; !dup {
-			m.merges[k] = mergeVal{int32(rank), int32(ic)}
-		}
+	}
+	return nil
+}
+
+// addMerge makes a+b the merge of a and b at rank; the first of duplicate merges counts.
+func (m *hfModel) addMerge(a, b string, rank int) error {
+	ia, ok1 := m.vocab[a]
+	ib, ok2 := m.vocab[b]
+	ic, ok3 := m.vocab[a+b]
+	if !ok1 || !ok2 || !ok3 {
+		return fmt.Errorf("(%q, %q): token not in the vocab", a, b)
+	}
+	k := mergeKey{int32(ia), int32(ib)}
+	if _, dup := m.merges[k]; !dup {
+		m.merges[k] = mergeVal{int32(rank), int32(ic)}
 	}
 	return nil
 }
@@ -386,6 +413,8 @@ func compileNorm(n *hfNode) ([]normStep, error) {
 		return []normStep{{kind: "replace", a: p, b: *n.Content}}, nil
 	case "Lowercase":
 		return []normStep{{kind: "lower"}}, nil
+	case "NFC":
+		return []normStep{{kind: "nfc"}}, nil
 	case "Strip":
 		return []normStep{{kind: "strip", left: n.Left, rt: n.Right}}, nil
 	}
@@ -711,6 +740,8 @@ func (m *hfModel) normalize(s string) string {
 			s = strings.ReplaceAll(s, n.a, n.b)
 		case "lower":
 			s = strings.ToLower(s)
+		case "nfc":
+			s = norm.NFC.String(s)
 		case "strip":
 			if n.left {
 				s = strings.TrimLeftFunc(s, unicode.IsSpace)

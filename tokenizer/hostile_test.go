@@ -33,11 +33,21 @@ func TestLoadRefusesHostileFiles(t *testing.T) {
 		{"special_tokens_map.json", fifo, "not a regular file (named pipe)"},
 		{"generation_config.json", dir, "not a regular file (directory)"},
 		{"generation_config.json", devZero, "not a regular file (character device)"},
+		{"vocab.json", fifo, "not a regular file (named pipe)"},
+		{"vocab.json", func(t testing.TB, p string) { hostile.Oversized(t, p, maxVocabJSONSize+1) }, "file too large: 67108865 bytes is over the 64 MiB limit"},
+		{"merges.txt", devZero, "not a regular file (character device)"},
+		{"merges.txt", func(t testing.TB, p string) { hostile.Oversized(t, p, maxMergesTextSize+1) }, "file too large: 67108865 bytes is over the 64 MiB limit"},
 	}
+	// Each of vocab.json and merges.txt is read only beside the other.
+	partner := map[string]string{"vocab.json": "merges.txt", "merges.txt": "vocab.json"}
 	for _, tc := range tests {
 		t.Run(tc.file+" "+tc.want, func(t *testing.T) {
 			d := t.TempDir()
-			if !strings.HasPrefix(tc.file, "tokenizer.") {
+			if p, ok := partner[tc.file]; ok {
+				if err := os.WriteFile(filepath.Join(d, p), []byte("{}"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			} else if !strings.HasPrefix(tc.file, "tokenizer.") {
 				if err := os.WriteFile(filepath.Join(d, "tokenizer.json"), tokJSON, 0o644); err != nil {
 					t.Fatal(err)
 				}

@@ -11,25 +11,16 @@ import (
 )
 
 // Load reads the tokenizer of the model in dir: tokenizer.json when present, else
-// tokenizer.model. BOS, EOS, the end-of-generation ids and add_bos come from
+// tokenizer.model (SentencePiece, or Llama 3's tiktoken file), else vocab.json with
+// merges.txt. BOS, EOS, the end-of-generation ids and add_bos come from
 // tokenizer_config.json, special_tokens_map.json and generation_config.json when they
 // say so, else from the tokenizer itself.
 func Load(dir string) (Tokenizer, error) {
-	var t Tokenizer
-	var err error
-	jsonPath, modelPath := filepath.Join(dir, "tokenizer.json"), filepath.Join(dir, "tokenizer.model")
-	switch {
-	case fileExists(jsonPath):
-		t, err = LoadHFJSON(jsonPath)
-	case fileExists(modelPath):
-		t, err = LoadSentencePiece(modelPath)
-	default:
-		return nil, fmt.Errorf("tokenizer: %s has neither tokenizer.json nor tokenizer.model", dir)
-	}
+	cfg, err := readTokenizerConfig(dir)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := readTokenizerConfig(dir)
+	t, err := loadVocabulary(dir, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -74,6 +65,81 @@ func Load(dir string) (Tokenizer, error) {
 	return t, nil
 }
 
+// loadVocabulary reads the first vocabulary file of dir that Load looks for.
+func loadVocabulary(dir string, cfg *tokenizerConfig) (Tokenizer, error) {
+	jsonPath, modelPath := filepath.Join(dir, "tokenizer.json"), filepath.Join(dir, "tokenizer.model")
+	vocabPath, mergesPath := filepath.Join(dir, "vocab.json"), filepath.Join(dir, "merges.txt")
+	switch {
+	case fileExists(jsonPath):
+		return LoadHFJSON(jsonPath)
+	case fileExists(modelPath):
+		return loadTokenizerModel(modelPath, cfg)
+	case fileExists(vocabPath) && fileExists(mergesPath):
+		return loadVocabMerges(dir, cfg)
+	}
+	return nil, fmt.Errorf("tokenizer: %s has none of tokenizer.json, tokenizer.model, vocab.json with merges.txt", dir)
+}
+
+// loadTokenizerModel reads a tokenizer.model: SentencePiece protobuf or tiktoken text.
+func loadTokenizerModel(path string, cfg *tokenizerConfig) (Tokenizer, error) {
+	b, err := safefile.ReadFile(path, maxSentencePieceSize)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	if looksLikeTiktoken(b) {
+		added, err := cfg.addedTokens()
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %s: %w", filepath.Join(filepath.Dir(path), "tokenizer_config.json"), err)
+		}
+		m, err := parseTiktoken(b, added)
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %s: tiktoken: %w", path, err)
+		}
+		return m, nil
+	}
+	m, err := parseSentencePiece(b)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// loadVocabMerges reads vocab.json and merges.txt, with the added tokens and the
+// tokenizer class of tokenizer_config.json.
+func loadVocabMerges(dir string, cfg *tokenizerConfig) (Tokenizer, error) {
+	cfgPath := filepath.Join(dir, "tokenizer_config.json")
+	pattern, nfc, err := vocabMergesFlavor(cfg.TokenizerClass)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %s: %w", cfgPath, err)
+	}
+	added, err := cfg.addedTokens()
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %s: %w", cfgPath, err)
+	}
+	vocabPath, mergesPath := filepath.Join(dir, "vocab.json"), filepath.Join(dir, "merges.txt")
+	vb, err := safefile.ReadFile(vocabPath, maxVocabJSONSize)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	m, err := parseVocabJSON(vb, added)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %s (with %s's added tokens): %w", vocabPath, cfgPath, err)
+	}
+	mb, err := safefile.ReadFile(mergesPath, maxMergesTextSize)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	if err := m.parseMergesText(mb); err != nil {
+		return nil, fmt.Errorf("tokenizer: %s: %w", mergesPath, err)
+	}
+	m.setByteLevel(pattern, nfc)
+	if pattern == nil && cfg.AddPrefixSpace {
+		m.pre[0].addPrefix = true
+	}
+	m.finish()
+	return m, nil
+}
+
 func fileExists(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && !st.IsDir()
@@ -83,7 +149,11 @@ func fileExists(p string) bool {
 type tokenizerConfig struct {
 	AddBOS       *bool           `json:"add_bos_token"`
 	ChatTemplate json.RawMessage `json:"chat_template"`
-	tokens       map[string]string
+	// For vocab.json + merges.txt, which say neither.
+	TokenizerClass     string          `json:"tokenizer_class"`
+	AddPrefixSpace     bool            `json:"add_prefix_space"`
+	AddedTokensDecoder json.RawMessage `json:"added_tokens_decoder"`
+	tokens             map[string]string
 }
 
 // Size limits of the files a tokenizer is read from: far above any real one

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -103,40 +102,10 @@ func TestSentencePieceReference(t *testing.T) {
 	}
 }
 
-// llamaVocabTests reads llama.cpp's test vectors: inputs and expected ids without BOS.
-func llamaVocabTests(t *testing.T) (inputs []string, want [][]int) {
-	dir := testmodels.Dir(t)
-	inp, err := os.ReadFile(filepath.Join(dir, "llama-vocab-tests/ggml-vocab-llama-spm.gguf.inp"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := os.ReadFile(filepath.Join(dir, "llama-vocab-tests/ggml-vocab-llama-spm.gguf.out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const sep = "\n__ggml_vocab_test__\n"
-	inputs = strings.Split(strings.TrimSuffix(string(inp), sep), sep)
-	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
-	if len(inputs) != 46 || len(lines) != 46 {
-		t.Fatalf("got %d inputs and %d outputs, want 46", len(inputs), len(lines))
-	}
-	for _, l := range lines {
-		var ids []int
-		for _, f := range strings.Fields(l) {
-			v, err := strconv.Atoi(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids = append(ids, v)
-		}
-		want = append(want, ids)
-	}
-	return inputs, want
-}
-
 func TestLlamaVocabTests(t *testing.T) {
 	dir := testmodels.Dir(t)
-	inputs, want := llamaVocabTests(t)
+	cases := llamaCppCases(t, filepath.Join(dir, "llama-vocab-tests/ggml-vocab-llama-spm.gguf.inp"),
+		filepath.Join(dir, "llama-vocab-tests/ggml-vocab-llama-spm.gguf.out"))
 	for _, tc := range []struct {
 		name string
 		load func() (Tokenizer, error)
@@ -153,15 +122,7 @@ func TestLlamaVocabTests(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i, s := range inputs {
-				got, err := tok.Encode(s, false)
-				if err != nil {
-					t.Fatalf("Encode(%q): %v", s, err)
-				}
-				if !slices.Equal(got, want[i]) {
-					t.Errorf("Encode(%q)\n got %v\nwant %v", s, got, want[i])
-				}
-			}
+			checkIDs(t, tok, cases)
 		})
 	}
 }

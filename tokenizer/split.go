@@ -7,11 +7,13 @@ import (
 	"unicode/utf8"
 )
 
-// The pre-tokenizer patterns of GPT-2 and Llama-3. Go's regexp has no lookahead, so these
-// two have hand-written matchers that follow the patterns alternative by alternative.
+// The pre-tokenizer patterns of GPT-2, Llama-3 and Qwen2 (Llama-3's with single digits).
+// Go's regexp has no lookahead, so these have hand-written matchers that follow the
+// patterns alternative by alternative.
 const (
 	gpt2Pattern   = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
 	llama3Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	qwen2Pattern  = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 )
 
 // matcher finds the next match of a split pattern in s at or after start: [begin, end),
@@ -31,9 +33,11 @@ func newMatcher(pattern string, isRegex bool) (matcher, error) {
 	}
 	switch pattern {
 	case gpt2Pattern:
-		return wordMatcher{llama3: false}, nil
+		return wordMatcher{}, nil
 	case llama3Pattern:
-		return wordMatcher{llama3: true}, nil
+		return wordMatcher{llama3: true, digits: 3}, nil
+	case qwen2Pattern:
+		return wordMatcher{llama3: true, digits: 1}, nil
 	}
 	re, err := regexp.Compile(pattern)
 	if err != nil {
@@ -73,9 +77,12 @@ func (m regexMatcher) find(s string, start int) (int, int) {
 	return -1, -1
 }
 
-// wordMatcher implements gpt2Pattern and llama3Pattern. Every character is covered by
-// some alternative, so the matches tile the input.
-type wordMatcher struct{ llama3 bool }
+// wordMatcher implements gpt2Pattern, llama3Pattern and qwen2Pattern. Every character is
+// covered by some alternative, so the matches tile the input.
+type wordMatcher struct {
+	llama3 bool // the Llama-3 family (Qwen2 included); else GPT-2
+	digits int  // Llama-3 family: digits per number piece
+}
 
 func isL(r rune) bool     { return unicode.IsLetter(r) }
 func isN(r rune) bool     { return unicode.IsNumber(r) }
@@ -156,8 +163,8 @@ func (m wordMatcher) matchAt(s string) int {
 				return w0 + n
 			}
 		}
-		// \p{N}{1,3}
-		if n := run(s, isN, 3); n > 0 {
+		// \p{N}{1,3} (Qwen2: \p{N})
+		if n := run(s, isN, m.digits); n > 0 {
 			return n
 		}
 	} else {

@@ -1,6 +1,8 @@
 // Package tokenizer turns text into token ids and back for the models lowbit runs:
 // SentencePiece models (tokenizer.model), HuggingFace tokenizer.json BPE in its
-// SentencePiece-like and byte-level (GPT-2, Llama-3) flavours, and chat templates.
+// SentencePiece-like and byte-level (GPT-2, Llama-3, Qwen2) flavours, the byte-level
+// vocabularies shipped without tokenizer.json (Llama 3's tiktoken tokenizer.model,
+// vocab.json + merges.txt), and chat templates.
 //
 // The encoders follow the reference libraries step by step (sentencepiece's bpe_model.cc
 // and the Rust tokenizers crate) so ids match exactly; the tests compare against ids the

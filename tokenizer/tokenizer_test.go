@@ -225,29 +225,38 @@ func TestValidPrefix(t *testing.T) {
 	}
 }
 
-// TestWordMatcher checks the hand-written Llama-3 and GPT-2 splits on cases that exercise
-// each alternative (the reference tests cover them against tokenizers too).
+// TestWordMatcher checks the hand-written Llama-3, Qwen2 and GPT-2 splits on cases that
+// exercise each alternative (the reference tests cover them against tokenizers too).
 func TestWordMatcher(t *testing.T) {
 	for _, tc := range []struct {
-		llama3 bool
-		in     string
-		want   []string
+		pattern string
+		in      string
+		want    []string
 	}{
-		{true, "Hello world", []string{"Hello", " world"}},
-		{true, "I'M here", []string{"I", "'M", " here"}},
-		{false, "I'M here", []string{"I", "'", "M", " here"}},
-		{true, "12345", []string{"123", "45"}},
-		{false, "12345", []string{"12345"}},
-		{true, "a  b", []string{"a", " ", " b"}},
-		{true, "x \n\n y", []string{"x", " \n\n", " y"}},
-		{true, "ok!!\n\nno", []string{"ok", "!!\n\n", "no"}},
-		{true, "end   ", []string{"end", "   "}},
-		{true, "\tword", []string{"\tword"}},
-		{false, "\tword", []string{"\t", "word"}},
+		{llama3Pattern, "Hello world", []string{"Hello", " world"}},
+		{llama3Pattern, "I'M here", []string{"I", "'M", " here"}},
+		{gpt2Pattern, "I'M here", []string{"I", "'", "M", " here"}},
+		{llama3Pattern, "12345", []string{"123", "45"}},
+		{qwen2Pattern, "12345", []string{"1", "2", "3", "4", "5"}},
+		{qwen2Pattern, "I'M x2", []string{"I", "'M", " x", "2"}},
+		{gpt2Pattern, "12345", []string{"12345"}},
+		{llama3Pattern, "a  b", []string{"a", " ", " b"}},
+		{llama3Pattern, "x \n\n y", []string{"x", " \n\n", " y"}},
+		{llama3Pattern, "ok!!\n\nno", []string{"ok", "!!\n\n", "no"}},
+		{llama3Pattern, "end   ", []string{"end", "   "}},
+		{llama3Pattern, "\tword", []string{"\tword"}},
+		{gpt2Pattern, "\tword", []string{"\t", "word"}},
 	} {
-		got := splitBy(tc.in, wordMatcher{llama3: tc.llama3}, "Isolated", false)
+		m, err := newMatcher(tc.pattern, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m.(wordMatcher); !ok {
+			t.Fatalf("%q: got %T, want the hand-written matcher", tc.pattern, m)
+		}
+		got := splitBy(tc.in, m, "Isolated", false)
 		if !slices.Equal(got, tc.want) {
-			t.Errorf("llama3=%v %q: got %q, want %q", tc.llama3, tc.in, got, tc.want)
+			t.Errorf("%.20s… %q: got %q, want %q", tc.pattern, tc.in, got, tc.want)
 		}
 	}
 }
