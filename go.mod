@@ -11,6 +11,7 @@ require (
 	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.49.0
 	golang.org/x/term v0.47.0
+	golang.org/x/text v0.23.0
 )
 
 require (
@@ -25,7 +26,6 @@ require (
 	github.com/sirupsen/logrus v1.9.3 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
 	golang.org/x/exp v0.0.0-20240719175910-8a7402abbf56 // indirect
-	golang.org/x/text v0.23.0 // indirect
 )
 
 // gonja bounded: output, memory, loop iterations, nesting and time (see third_party/gonja/README.md).
