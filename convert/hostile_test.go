@@ -57,7 +57,7 @@ func TestConvertChecksBeforeQuantizing(t *testing.T) {
 		}, []string{"layers up to 2", "num_hidden_layers is 2"}},
 		{"unused tensor", withBias, nil, []string{"does not use", "model.layers.0.self_attn.q_proj.bias"}},
 		{"no tokenizer", base, func(dir string) error { return os.Remove(filepath.Join(dir, "tokenizer.json")) },
-			[]string{"tokenizer", "neither tokenizer.json nor tokenizer.model"}},
+			[]string{"tokenizer", "has none of tokenizer.json, tokenizer.model, vocab.json with merges.txt"}},
 		{"broken tokenizer", base, func(dir string) error {
 			return os.WriteFile(filepath.Join(dir, "tokenizer.json"), []byte(`{"model": {"type": "BPE", "vocab": 7}}`), 0o644)
 		}, []string{"tokenizer.json"}},
