@@ -10,56 +10,17 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"lowbit/chat"
-	"lowbit/internal/fixture"
-	"lowbit/model"
-	"lowbit/tokenizer"
+	"lowbit/serve/servetest"
 )
 
-// chatTemplateConfig gives a fixture model a chat template.
-const chatTemplateConfig = `{"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": true,
-  "chat_template": "{% for m in messages %}{{ bos_token if loop.first }}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"}`
-
-// tinyModel loads the fixture Llama (256 positions) as a served model,
-// with the chat template when withTemplate.
+// tinyModel serves the fixture model as name.
 func tinyModel(t testing.TB, name string, withTemplate bool) Model {
-	t.Helper()
-	dir := t.TempDir()
-	if err := fixture.Llama().Write(dir); err != nil {
-		t.Fatal(err)
-	}
-	if withTemplate {
-		if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(chatTemplateConfig), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tok, err := tokenizer.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Load(context.Background(), dir, model.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := m.NewSession(model.SessionOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := chat.NewRunner(s, tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tpl, err := tokenizer.LoadChatTemplate(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, tpl := servetest.Runner(t, withTemplate)
 	return Model{Name: name, Runner: r, Template: tpl}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"regexp"
@@ -12,6 +13,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"lowbit/serve"
+	"lowbit/serve/loadgen"
+	"lowbit/serve/servetest"
 )
 
 func TestServeFlags(t *testing.T) {
@@ -97,5 +102,34 @@ func TestServeSIGTERM(t *testing.T) {
 	}
 	if !strings.Contains(string(rest), "lowbit: stopped") {
 		t.Errorf("stderr after SIGTERM: %q", rest)
+	}
+}
+
+func TestLoadtest(t *testing.T) {
+	r, tpl := servetest.Runner(t, true)
+	srv, err := serve.New([]serve.Model{{Name: "tiny", Runner: r, Template: tpl}}, serve.Options{APIKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	t.Setenv(apiKeyEnv, "k")
+	args := []string{"loadtest", ts.URL, "-n", "6", "-c", "3", "--prompt-words", "5", "--max-tokens", "3"}
+	out, err := run(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Successful requests:                 6", "Failed requests:                     0", "------------- Time to First Token --------------", "P99 ITL (ms):"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = run(t, append(args, "--json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep loadgen.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Completed != 6 || rep.Model != "tiny" {
+		t.Errorf("--json: %v %+v", err, rep)
 	}
 }
