@@ -37,6 +37,9 @@ type completionRequest struct {
 	sampling
 }
 
+func (r *chatRequest) modelName() string       { return r.Model }
+func (r *completionRequest) modelName() string { return r.Model }
+
 // sampling are the fields both endpoints share.
 type sampling struct {
 	MaxTokens           *int               `json:"max_tokens"`

@@ -23,23 +23,11 @@ func FuzzRequest(f *testing.F) {
 		parse := []func() *apiError{
 			func() *apiError {
 				var req chatRequest
-				if e := s.decode(httptest.NewRecorder(), httptest.NewRequest("POST", "/v1/chat/completions", bytes.NewReader(body)), &req); e != nil {
-					return e
-				}
-				if _, e := req.check(); e != nil {
-					return e
-				}
-				return checkOptions(t, req.sampling)
+				return parseRequest(t, s, "/v1/chat/completions", body, &req, &req.sampling, func() *apiError { _, e := req.check(); return e })
 			},
 			func() *apiError {
 				var req completionRequest
-				if e := s.decode(httptest.NewRecorder(), httptest.NewRequest("POST", "/v1/completions", bytes.NewReader(body)), &req); e != nil {
-					return e
-				}
-				if _, e := req.check(); e != nil {
-					return e
-				}
-				return checkOptions(t, req.sampling)
+				return parseRequest(t, s, "/v1/completions", body, &req, &req.sampling, func() *apiError { _, e := req.check(); return e })
 			},
 		}
 		for _, p := range parse {
@@ -50,8 +38,15 @@ func FuzzRequest(f *testing.F) {
 	})
 }
 
-func checkOptions(t *testing.T, s sampling) *apiError {
-	o, e := s.options(defaultCompletionTokens, 1)
+// parseRequest decodes body into req, checks it and its sampling fields.
+func parseRequest(t *testing.T, s *Server, path string, body []byte, req any, smp *sampling, check func() *apiError) *apiError {
+	if e := s.decode(httptest.NewRecorder(), httptest.NewRequest("POST", path, bytes.NewReader(body)), req); e != nil {
+		return e
+	}
+	if e := check(); e != nil {
+		return e
+	}
+	o, e := smp.options(defaultCompletionTokens, 1)
 	if e != nil {
 		return e
 	}

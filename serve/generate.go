@@ -19,7 +19,6 @@ type generation struct {
 	s        *Server
 	rec      *record
 	model    string
-	opts     chat.Options
 	sampling sampling
 	shape    shape
 	param    string // the field holding the prompt, for errors about it

@@ -111,8 +111,8 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}))
 	mux.HandleFunc("GET /v1/models", s.logged(s.authorized(s.listModels)))
-	mux.HandleFunc("POST /v1/chat/completions", s.logged(s.authorized(s.chatCompletions)))
-	mux.HandleFunc("POST /v1/completions", s.logged(s.authorized(s.completions)))
+	mux.HandleFunc("POST /v1/chat/completions", s.logged(s.authorized(s.generate(s.chatCompletions))))
+	mux.HandleFunc("POST /v1/completions", s.logged(s.authorized(s.generate(s.completions))))
 	mux.HandleFunc("/", s.logged(func(w http.ResponseWriter, r *http.Request, _ *record) {
 		writeError(w, &apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "unknown_url",
 			message: fmt.Sprintf("unknown URL: %s %s (the API is GET /v1/models, POST /v1/chat/completions, POST /v1/completions, GET /health)", r.Method, r.URL.Path)})
@@ -181,66 +181,71 @@ func (s *Server) model(name string) (*Model, *apiError) {
 	return m, nil
 }
 
-func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, rec *record) {
+// generate answers an endpoint's generation, or its refusal.
+func (s *Server) generate(parse func(w http.ResponseWriter, r *http.Request, rec *record) (*generation, *apiError)) handler {
+	return func(w http.ResponseWriter, r *http.Request, rec *record) {
+		g, e := parse(w, r, rec)
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		g.serve(w, r)
+	}
+}
+
+// request reads the body into req and finds the model it names.
+func (s *Server) request(w http.ResponseWriter, r *http.Request, req interface{ modelName() string }, rec *record) (*Model, *apiError) {
+	if e := s.decode(w, r, req); e != nil {
+		return nil, e
+	}
+	m, e := s.model(req.modelName())
+	if e == nil {
+		rec.model = m.Name
+	}
+	return m, e
+}
+
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, rec *record) (*generation, *apiError) {
 	var req chatRequest
-	if e := s.decode(w, r, &req); e != nil {
-		writeError(w, e)
-		return
-	}
-	m, e := s.model(req.Model)
+	m, e := s.request(w, r, &req, rec)
 	if e != nil {
-		writeError(w, e)
-		return
+		return nil, e
 	}
-	rec.model = m.Name
 	msgs, e := req.check()
 	if e != nil {
-		writeError(w, e)
-		return
+		return nil, e
 	}
 	if m.Template == nil {
-		writeError(w, invalid("messages", fmt.Sprintf("the model %s has no chat template, so it cannot chat: use /v1/completions with a prompt", m.Name)))
-		return
+		return nil, invalid("messages", fmt.Sprintf("the model %s has no chat template, so it cannot chat: use /v1/completions with a prompt", m.Name))
 	}
 	opts, e := req.options(0, randomSeed())
 	if e != nil {
-		writeError(w, e)
-		return
+		return nil, e
 	}
-	g := &generation{s: s, rec: rec, model: m.Name, opts: opts, sampling: req.sampling, shape: chatShape{}, param: "messages",
+	return &generation{s: s, rec: rec, model: m.Name, sampling: req.sampling, shape: chatShape{}, param: "messages",
 		run: func(ctx context.Context, out io.Writer) (chat.Result, error) {
 			return m.Runner.Reply(ctx, m.Template, msgs, opts, out)
-		}}
-	g.serve(w, r)
+		}}, nil
 }
 
-func (s *Server) completions(w http.ResponseWriter, r *http.Request, rec *record) {
+func (s *Server) completions(w http.ResponseWriter, r *http.Request, rec *record) (*generation, *apiError) {
 	var req completionRequest
-	if e := s.decode(w, r, &req); e != nil {
-		writeError(w, e)
-		return
-	}
-	m, e := s.model(req.Model)
+	m, e := s.request(w, r, &req, rec)
 	if e != nil {
-		writeError(w, e)
-		return
+		return nil, e
 	}
-	rec.model = m.Name
 	prompt, e := req.check()
 	if e != nil {
-		writeError(w, e)
-		return
+		return nil, e
 	}
 	opts, e := req.options(defaultCompletionTokens, randomSeed())
 	if e != nil {
-		writeError(w, e)
-		return
+		return nil, e
 	}
-	g := &generation{s: s, rec: rec, model: m.Name, opts: opts, sampling: req.sampling, shape: textShape{}, param: "prompt",
+	return &generation{s: s, rec: rec, model: m.Name, sampling: req.sampling, shape: textShape{}, param: "prompt",
 		run: func(ctx context.Context, out io.Writer) (chat.Result, error) {
 			return m.Runner.Complete(ctx, prompt, opts, out)
-		}}
-	g.serve(w, r)
+		}}, nil
 }
 
 // randomSeed seeds a request that gives none.
