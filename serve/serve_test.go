@@ -534,7 +534,7 @@ func TestAPIKeyAndLog(t *testing.T) {
 			t.Errorf("%s with %q: %s, want %d", c.path, c.auth, resp.Status, c.status)
 		}
 	}
-	req, _ := http.NewRequest("POST", ts.URL+"/v1/completions", strings.NewReader(`{"model": "plain", "prompt": "the", "max_tokens": 3}`))
+	req, _ := http.NewRequest("POST", ts.URL+"/v1/completions", strings.NewReader(`{"model": "plain", "prompt": "the", "max_tokens": 3, "temperature": 0}`))
 	req.Header.Set("Authorization", "Bearer sekrit")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -551,7 +551,7 @@ func TestAPIKeyAndLog(t *testing.T) {
 func TestJSONLog(t *testing.T) {
 	var log syncBuffer
 	_, ts := newTestServer(t, Options{Log: &log, JSONLog: true})
-	post(t, ts, "/v1/completions", `{"model": "plain", "prompt": "the", "max_tokens": 2}`).Body.Close()
+	post(t, ts, "/v1/completions", `{"model": "plain", "prompt": "the", "max_tokens": 2, "temperature": 0}`).Body.Close()
 	var e logEntry
 	decodeStrict(t, strings.NewReader(log.String()), &e)
 	if e.Method != "POST" || e.Path != "/v1/completions" || e.Status != 200 || e.Model != "plain" || e.CompletionTokens != 2 || e.PromptTokens < 1 || e.Time == "" {

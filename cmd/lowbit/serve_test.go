@@ -66,7 +66,7 @@ func TestServeSIGTERM(t *testing.T) {
 	if base == "" {
 		t.Fatalf("no listening line: %v", lines.Err())
 	}
-	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model": "`+dir+`", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}`))
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model": "`+dir+`", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "temperature": 0}`))
 	if err != nil {
 		t.Fatal(err)
 	}

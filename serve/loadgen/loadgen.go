@@ -36,7 +36,8 @@ type Options struct {
 	// PromptWords is each prompt's length in words (random common words, a
 	// different prompt each request so that no server cache answers it).
 	PromptWords int
-	// MaxTokens is each request's max_tokens.
+	// MaxTokens is each request's max_tokens (decoding is greedy, as in
+	// vLLM's benchmark, so that a run repeats).
 	MaxTokens int
 	// Client sends the requests (nil: http.DefaultClient).
 	Client *http.Client
@@ -197,7 +198,7 @@ func prompt(n int, seed uint64) string {
 // request sends one streamed completion and times its chunks.
 func request(ctx context.Context, o Options, i int) one {
 	body, _ := json.Marshal(map[string]any{
-		"model": o.Model, "prompt": prompt(o.PromptWords, uint64(i)), "max_tokens": o.MaxTokens,
+		"model": o.Model, "prompt": prompt(o.PromptWords, uint64(i)), "max_tokens": o.MaxTokens, "temperature": 0,
 		"stream": true, "stream_options": map[string]bool{"include_usage": true},
 	})
 	start := time.Now()
