@@ -46,6 +46,9 @@ type Result struct {
 	Stop string `json:"stop"`
 	// Stats are the token counts and timings.
 	Stats model.GenerateStats `json:"-"`
+	// PromptTokens is the prompt's length in tokens; Stats.PromptTokens
+	// counts only those prefilled after the prefix the cache held.
+	PromptTokens int `json:"-"`
 }
 
 // TooLongError is a prompt (or a conversation's history) that does not fit
@@ -153,7 +156,7 @@ func (r *Runner) Generate(ctx context.Context, ids []int, opts Options, w io.Wri
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Stop: st.Stop, Stats: st}
+	res := Result{Stop: st.Stop, Stats: st, PromptTokens: len(ids)}
 	if out.stopped {
 		res.Stop = StopString
 	} else if err := out.flush(); err != nil {

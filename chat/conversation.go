@@ -64,27 +64,43 @@ func (c *Conversation) Messages() []tokenizer.Message { return slices.Clone(c.ms
 // many templates demand.
 func (c *Conversation) Send(ctx context.Context, user string, opts Options, w io.Writer) (Result, error) {
 	msgs := append(slices.Clone(c.msgs), tokenizer.Message{Role: "user", Content: user})
-	prompt, err := c.tpl.Render(msgs, true)
+	res, err := c.r.Reply(ctx, c.tpl, msgs, opts, w)
 	if err != nil {
 		return Result{}, err
 	}
-	ids, err := encodeRendered(c.r.tok, prompt)
+	c.msgs = append(msgs, tokenizer.Message{Role: "assistant", Content: strings.TrimSpace(res.Text)})
+	return res, nil
+}
+
+// Reply generates the assistant's next message after msgs, a whole
+// conversation rendered with tpl: the text is written to w as it comes and
+// returned, both without the white space it may begin with. It keeps no
+// history, so a server can answer each request's messages as they are
+// given (the cache still spares the prefix they share with the last ones).
+func (r *Runner) Reply(ctx context.Context, tpl *tokenizer.ChatTemplate, msgs []tokenizer.Message, opts Options, w io.Writer) (Result, error) {
+	if tpl == nil {
+		return Result{}, ErrNoTemplate
+	}
+	prompt, err := tpl.Render(msgs, true)
 	if err != nil {
 		return Result{}, err
 	}
-	if len(ids) > c.r.s.Context() {
-		return Result{}, &TooLongError{Tokens: len(ids), Context: c.r.s.Context(), Conversation: true}
+	ids, err := encodeRendered(r.tok, prompt)
+	if err != nil {
+		return Result{}, err
+	}
+	if len(ids) > r.s.Context() {
+		return Result{}, &TooLongError{Tokens: len(ids), Context: r.s.Context(), Conversation: true}
 	}
 	var out io.Writer
 	if w != nil {
 		out = &trimLeft{w: w}
 	}
-	res, err := c.r.Generate(ctx, ids, opts, out)
+	res, err := r.Generate(ctx, ids, opts, out)
 	if err != nil {
 		return Result{}, err
 	}
 	res.Text = strings.TrimLeftFunc(res.Text, unicode.IsSpace)
-	c.msgs = append(msgs, tokenizer.Message{Role: "assistant", Content: strings.TrimSpace(res.Text)})
 	return res, nil
 }
 

@@ -21,8 +21,8 @@ what the bits cost, and runs it on an NVIDIA GPU or the CPU.`,
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("lowbit {{.Version}}\n") // as the version command prints it
-	root.AddCommand(newVersionCmd(), newConvertCmd(), newDownloadCmd(), newListCmd(), newRmCmd())
-	for _, c := range []*cobra.Command{newRunCmd(), newValidateCmd(), newBenchCmd(), newShowCmd()} {
+	root.AddCommand(newVersionCmd(), newConvertCmd(), newDownloadCmd(), newListCmd(), newRmCmd(), newLoadtestCmd())
+	for _, c := range []*cobra.Command{newRunCmd(), newServeCmd(), newValidateCmd(), newBenchCmd(), newShowCmd()} {
 		c.Long += "\n\n" + modelArgHelp
 		root.AddCommand(c)
 	}

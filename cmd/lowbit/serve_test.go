@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"lowbit/serve"
+	"lowbit/serve/loadgen"
+	"lowbit/serve/servetest"
+)
+
+func TestServeFlags(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--parallel", "2"}, "--parallel 2: batching several sequences is not there yet; only --parallel 1 is supported"},
+		{[]string{"--queue", "0"}, "--queue 0: want 1 or more"},
+		{[]string{"--port", "70000"}, "--port 70000: want 0 to 65535"},
+		{[]string{"--max-body", "0"}, "--max-body 0: want 1 or more"},
+	}
+	for _, c := range cases {
+		_, err := run(t, append([]string{"serve", "no-such-model"}, c.args...)...)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+// TestServeSIGTERM runs lowbit serve as a child process: it answers, logs
+// each request, and on SIGTERM stops and exits 0.
+func TestServeSIGTERM(t *testing.T) {
+	dir := chatFixture(t, 256)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "serve", dir, "--port", "0", "--device", "cpu", "--json")
+	cmd.Env = append(os.Environ(), asLowbit+"=1", apiKeyEnv+"=")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := bufio.NewScanner(stderr)
+	listening := regexp.MustCompile(`serving 1 model\(s\) on (http://\S+)/v1`)
+	var base string
+	for base == "" && lines.Scan() {
+		if m := listening.FindStringSubmatch(lines.Text()); m != nil {
+			base = m[1]
+		}
+	}
+	if base == "" {
+		t.Fatalf("no listening line: %v", lines.Err())
+	}
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model": "`+dir+`", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "temperature": 0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"object":"chat.completion"`) {
+		t.Fatalf("%s: %s", resp.Status, body)
+	}
+	if !lines.Scan() {
+		t.Fatal("no log line")
+	}
+	var entry struct {
+		Method, Path     string
+		Status           int
+		CompletionTokens int `json:"completion_tokens"`
+	}
+	if err := json.Unmarshal(lines.Bytes(), &entry); err != nil || entry.Path != "/v1/chat/completions" || entry.Status != 200 || entry.CompletionTokens != 2 {
+		t.Errorf("log line %q: %v", lines.Text(), err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(stderr)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("after SIGTERM: %v\n%s", err, rest)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("lowbit serve did not stop after SIGTERM")
+	}
+	if !strings.Contains(string(rest), "lowbit: stopped") {
+		t.Errorf("stderr after SIGTERM: %q", rest)
+	}
+}
+
+func TestLoadtest(t *testing.T) {
+	r, tpl := servetest.Runner(t, true)
+	srv, err := serve.New([]serve.Model{{Name: "tiny", Runner: r, Template: tpl}}, serve.Options{APIKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	t.Setenv(apiKeyEnv, "k")
+	args := []string{"loadtest", ts.URL, "-n", "6", "-c", "3", "--prompt-words", "5", "--max-tokens", "3"}
+	out, err := run(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Successful requests:                 6", "Failed requests:                     0", "------------- Time to First Token --------------", "P99 ITL (ms):"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = run(t, append(args, "--json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep loadgen.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Completed != 6 || rep.Model != "tiny" {
+		t.Errorf("--json: %v %+v", err, rep)
+	}
+}

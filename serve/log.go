@@ -1,0 +1,91 @@
+package serve
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// handler is an endpoint; it fills in the record the request's log line reads.
+type handler func(w http.ResponseWriter, r *http.Request, rec *record)
+
+// record is what a request's log line says besides the method and path.
+type record struct {
+	model   string
+	in, out int // tokens
+}
+
+// statusWriter remembers the status a handler sent.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection (flush, deadlines).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// statusClientGone is logged for a request whose client left before an
+// answer was sent (nginx's 499).
+const statusClientGone = 499
+
+// logEntry is one request's log line as JSON.
+type logEntry struct {
+	Time             string  `json:"time"`
+	Method           string  `json:"method"`
+	Path             string  `json:"path"`
+	Status           int     `json:"status"`
+	Model            string  `json:"model,omitempty"`
+	PromptTokens     int     `json:"prompt_tokens"`
+	CompletionTokens int     `json:"completion_tokens"`
+	Millis           float64 `json:"ms"`
+}
+
+// logged runs h and writes its request's line.
+func (s *Server) logged(h handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		var rec record
+		h(sw, r, &rec)
+		if s.opts.Log == nil {
+			return
+		}
+		e := logEntry{Time: start.UTC().Format(time.RFC3339Nano), Method: r.Method, Path: r.URL.EscapedPath(), Status: sw.status,
+			Model: rec.model, PromptTokens: rec.in, CompletionTokens: rec.out, Millis: float64(time.Since(start).Microseconds()) / 1000}
+		if e.Status == 0 {
+			e.Status = statusClientGone
+		}
+		var line []byte
+		if s.opts.JSONLog {
+			line, _ = json.Marshal(e)
+			line = append(line, '\n')
+		} else {
+			line = fmt.Appendf(nil, "lowbit: %s %s %d %s in=%d out=%d %.1fms\n", e.Method, e.Path, e.Status, orDash(e.Model), e.PromptTokens, e.CompletionTokens, e.Millis)
+		}
+		s.logMu.Lock()
+		defer s.logMu.Unlock()
+		s.opts.Log.Write(line)
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

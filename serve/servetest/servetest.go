@@ -1,0 +1,55 @@
+// Package servetest loads the tiny fixture model as a runner, for the tests
+// of the server and of its clients.
+package servetest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"lowbit/chat"
+	"lowbit/internal/fixture"
+	"lowbit/model"
+	"lowbit/tokenizer"
+)
+
+// chatTemplateConfig gives a fixture model a chat template.
+const chatTemplateConfig = `{"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": true,
+  "chat_template": "{% for m in messages %}{{ bos_token if loop.first }}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"}`
+
+// Runner loads the fixture Llama (a context of 256 positions, on the CPU)
+// and returns its runner and, when withTemplate, a chat template (else nil).
+func Runner(t testing.TB, withTemplate bool) (*chat.Runner, *tokenizer.ChatTemplate) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := fixture.Llama().Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	if withTemplate {
+		if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(chatTemplateConfig), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(context.Background(), dir, model.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := m.NewSession(model.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := chat.NewRunner(s, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := tokenizer.LoadChatTemplate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, tpl
+}
