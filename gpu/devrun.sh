@@ -116,6 +116,42 @@ table() {
 	done
 }
 
+# serve: one stream through lowbit serve against lowbit run, on a
+# TinyLlama-shaped q4 model of random weights (transformers makes it, with
+# TinyLlama's tokenizer from shared/models/llama2-tokenizer), greedy, 512
+# tokens; then the time to first token of a 512-token prompt.
+serve() {
+	local m=/tmp/tinyllama-rand port=8089
+	if [ ! -d $m-q4 ]; then
+		python3 -c "
+import torch, transformers as t
+c = t.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
+    num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048, rms_norm_eps=1e-5,
+    rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+torch.manual_seed(0)
+t.LlamaForCausalLM(c).to(torch.float16).save_pretrained('$m')
+" >"$OUT/serve-model.log" 2>&1 || { tail -5 "$OUT/serve-model.log"; return; }
+		cp shared/models/llama2-tokenizer/hf-tinyllama-1.1b-chat-v1.0/* $m/
+		"$BIN/lowbit" convert $m --bits 4 --out $m-q4 --no-validate -q >>"$OUT/serve-model.log" 2>&1 || { tail -5 "$OUT/serve-model.log"; return; }
+	fi
+	for i in 1 2 3; do
+		"$BIN/lowbit" run $m-q4 "Once upon a time" -n 512 --temp 0 --device cuda --json -q |
+			grep -E '"(generated_tokens|gen_tokens_per_sec)"' | tr -d ' \n' | sed 's/^/run: /' | tee -a "$OUT/summary.txt"
+		echo | tee -a "$OUT/summary.txt"
+	done
+	"$BIN/lowbit" serve $m-q4 --device cuda --port $port -q --json 2>"$OUT/serve.log" &
+	local pid=$!
+	for _ in $(seq 120); do "$BIN/lowbit" loadtest http://127.0.0.1:$port -n 1 -c 1 --max-tokens 1 >/dev/null 2>&1 && break; sleep 1; done
+	"$BIN/lowbit" loadtest http://127.0.0.1:$port -n 4 -c 1 --prompt-words 4 --max-tokens 512 --json >"$OUT/load-decode.json"
+	"$BIN/lowbit" loadtest http://127.0.0.1:$port -n 8 -c 1 --prompt-words 511 --max-tokens 16 --json >"$OUT/load-ttft.json"
+	kill -TERM $pid
+	wait $pid
+	log "serve exit $?"
+	for f in load-decode load-ttft; do
+		log "$f: $(tr -d ' \n' <"$OUT/$f.json" | grep -oE '"(completed|total_input_tokens|total_output_tokens|output_throughput)":[0-9.]+|"(ttft|tpot|itl)":\{[^}]*\}' | tr '\n' ' ')"
+	done
+}
+
 # kernels: lowbit validate --kernels on the GPU.
 kernels() {
 	"$BIN/lowbit" validate --kernels --device cuda >"$OUT/validate.log" 2>&1
