@@ -201,7 +201,7 @@ func runModel(cmd *cobra.Command, args []string, f runFlags, in runInput) error 
 		return err
 	}
 	defer release()
-	s, err := m.NewSession(model.SessionOptions{Backend: backend, Context: f.ctxLen})
+	s, err := m.NewSession(model.SessionOptions{Backend: backend, Context: f.ctxLen, Batch: maxStep})
 	if err != nil {
 		return err
 	}

@@ -166,7 +166,7 @@ func loadServed(cmd *cobra.Command, name string, backend model.Backend, f serveF
 	if f.ctxLen > m.Config.MaxPositions {
 		return serve.Model{}, fmt.Errorf("%s: --ctx %d: the model reads at most %d positions (its max_position_embeddings)", name, f.ctxLen, m.Config.MaxPositions)
 	}
-	s, err := m.NewSession(model.SessionOptions{Backend: backend, Context: f.ctxLen})
+	s, err := m.NewSession(model.SessionOptions{Backend: backend, Context: f.ctxLen, Batch: maxStep})
 	if err != nil {
 		return serve.Model{}, err
 	}
