@@ -7,7 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
+
+// errNotEmpty is what renaming onto a directory with contents gives.
+var errNotEmpty = syscall.ENOTEMPTY
 
 // ErrExist is returned by Commit when the destination appeared while the
 // directory was being written: it is left as it was.

@@ -1,14 +1,9 @@
 package atomicfile
 
-import (
-	"syscall"
+import "golang.org/x/sys/unix"
 
-	"golang.org/x/sys/unix"
-)
-
-// errNotEmpty is what renaming onto a directory with contents gives.
-var errNotEmpty = syscall.ENOTEMPTY
-
+// renameNoReplace and exchange are renamex_np with RENAME_EXCL and
+// RENAME_SWAP: each one atomic step.
 func renameNoReplace(from, to string) error {
 	return osErr("rename", from, to, unix.RenamexNp(from, to, unix.RENAME_EXCL))
 }

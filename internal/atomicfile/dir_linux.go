@@ -1,14 +1,9 @@
 package atomicfile
 
-import (
-	"syscall"
+import "golang.org/x/sys/unix"
 
-	"golang.org/x/sys/unix"
-)
-
-// errNotEmpty is what renaming onto a directory with contents gives.
-var errNotEmpty = syscall.ENOTEMPTY
-
+// renameNoReplace and exchange are renameat2 with RENAME_NOREPLACE and
+// RENAME_EXCHANGE: each one atomic step.
 func renameNoReplace(from, to string) error {
 	return osErr("rename", from, to, unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, unix.RENAME_NOREPLACE))
 }

@@ -6,11 +6,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"syscall"
 )
-
-// errNotEmpty is what renaming onto a directory with contents gives.
-var errNotEmpty = syscall.ENOTEMPTY
 
 // renameNoReplace has no atomic form here: the check and the rename are two
 // steps. A directory's rename onto one with contents fails anyway.
