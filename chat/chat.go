@@ -27,6 +27,29 @@ type Options struct {
 	// Stop ends generation at the first of these strings, which is left out
 	// of the text.
 	Stop []string
+	// OnLogprobs, when set, receives each generated token's log-probability
+	// (see model.GenerateOptions) with its text, before the writer gets that
+	// text.
+	OnLogprobs func(TokenLogprobs)
+	// TopLogprobs is how many of each step's most likely tokens OnLogprobs
+	// receives.
+	TopLogprobs int
+}
+
+// Logprob is a token's text and natural log-probability.
+type Logprob struct {
+	// Token is the text the token adds where it stands ("" for a token
+	// holding only part of a character, which the next token completes).
+	Token   string
+	Logprob float64
+}
+
+// TokenLogprobs are a generated token's log-probability and the step's most
+// likely tokens, most likely first.
+type TokenLogprobs struct {
+	Token   string
+	Logprob float64
+	Top     []Logprob
 }
 
 // Why a generation ended, in Result.Stop.
@@ -138,12 +161,18 @@ func (r *Runner) Generate(ctx context.Context, ids []int, opts Options, w io.Wri
 	r.fed = r.fed[:keep]
 
 	out := newStream(r.tok, ids, opts.Stop, w)
-	st, err := model.Generate(ctx, r.s, ids[keep:], model.GenerateOptions{
+	gen := model.GenerateOptions{
 		MaxTokens: opts.MaxTokens,
 		Sampler:   sampler,
 		StopIDs:   eosIDs(r.tok),
 		OnToken:   out.token,
-	})
+	}
+	if opts.OnLogprobs != nil {
+		out.onLogprobs = opts.OnLogprobs
+		gen.OnLogprobs = func(lp model.TokenLogprobs) { out.logprobs = &lp }
+		gen.TopLogprobs = opts.TopLogprobs
+	}
+	st, err := model.Generate(ctx, r.s, ids[keep:], gen)
 	// The session holds the prompt and the generated tokens but (unless
 	// generation ended at EOS) the last one, which Generate does not feed.
 	all := append(slices.Clone(ids), st.Tokens...)
@@ -197,6 +226,9 @@ type stream struct {
 	sent    int             // bytes of text written to w
 	stopped bool
 	err     error
+	// logprobs are the next token's, to pass to onLogprobs with its text.
+	logprobs   *model.TokenLogprobs
+	onLogprobs func(TokenLogprobs)
 }
 
 // newStream decodes the tokens generated after prompt. The decoder reads the
@@ -221,6 +253,17 @@ func newStream(t tokenizer.Tokenizer, prompt []int, stops []string, w io.Writer)
 
 // token takes one generated id; false ends generation at a stop string.
 func (s *stream) token(id int) bool {
+	if lp := s.logprobs; lp != nil {
+		top := make([]Logprob, len(lp.Top))
+		for i, c := range lp.Top {
+			top[i] = Logprob{Token: s.dec.Peek(c.ID), Logprob: c.Logprob}
+		}
+		s.logprobs = nil
+		piece := s.dec.Next(id)
+		s.onLogprobs(TokenLogprobs{Token: piece, Logprob: lp.Logprob, Top: top})
+		s.add(piece, false)
+		return !s.stopped && s.err == nil
+	}
 	s.add(s.dec.Next(id), false)
 	return !s.stopped && s.err == nil
 }

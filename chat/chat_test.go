@@ -398,3 +398,36 @@ func TestRunnerRejectsLargerTokenizer(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+// TestLogprobsText checks that OnLogprobs gets one report per generated
+// token, before the writer gets its text, that the tokens' texts make up
+// the completion, and that the greedy choice heads its step's top tokens
+// with the same text and log-probability.
+func TestLogprobsText(t *testing.T) {
+	dir := t.TempDir()
+	if err := fixture.Llama().Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	r := newRunner(t, dir)
+	var streamed, reported strings.Builder
+	var lps []TokenLogprobs
+	opts := Options{MaxTokens: 10, TopLogprobs: 4, OnLogprobs: func(lp TokenLogprobs) {
+		if !strings.HasPrefix(reported.String(), streamed.String()) {
+			t.Errorf("the writer got %q before the logprobs of %q", streamed.String(), reported.String())
+		}
+		lps = append(lps, lp)
+		reported.WriteString(lp.Token)
+	}}
+	res, err := r.Complete(context.Background(), "when the dog", opts, &streamed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lps) != res.Stats.GeneratedTokens || reported.String() != res.Text {
+		t.Fatalf("%d reports for %d tokens, their texts %q for the text %q", len(lps), res.Stats.GeneratedTokens, reported.String(), res.Text)
+	}
+	for i, lp := range lps {
+		if len(lp.Top) != 4 || lp.Top[0] != (Logprob{lp.Token, lp.Logprob}) || lp.Logprob > 0 {
+			t.Errorf("token %d: %+v", i, lp)
+		}
+	}
+}

@@ -19,6 +19,13 @@ type GenerateOptions struct {
 	// OnToken receives each generated token as it is produced; returning
 	// false stops generation (how a caller implements stop strings).
 	OnToken func(id int) bool
+	// OnLogprobs, when set, receives each generated token's log-probability
+	// just before OnToken receives the token. Every step then reads back
+	// all the logits (slower on a GPU, where otherwise they stay).
+	OnLogprobs func(TokenLogprobs)
+	// TopLogprobs is how many of each step's most likely tokens OnLogprobs
+	// receives with the chosen one (0: none).
+	TopLogprobs int
 }
 
 // Stop reasons.
@@ -95,7 +102,17 @@ func Generate(ctx context.Context, s *Session, prompt []int, opts GenerateOption
 	// backend finds them (TopKer), and reads every logit when they do not
 	// settle the choice.
 	candidates := sampler.CandidateSampling()
+	var lp TokenLogprobs // the last step's, when OnLogprobs asks for them
 	next := func(tokens []int) (int, error) {
+		if opts.OnLogprobs != nil {
+			logits, err := s.Forward(ctx, tokens)
+			if err != nil {
+				return 0, err
+			}
+			id := sampler.Sample(logits, history)
+			lp = logprobsOf(logits, id, opts.TopLogprobs)
+			return id, nil
+		}
 		if greedy {
 			return s.NextGreedy(ctx, tokens)
 		}
@@ -140,6 +157,9 @@ func Generate(ctx context.Context, s *Session, prompt []int, opts GenerateOption
 		st.GeneratedTokens++
 		st.Tokens = append(st.Tokens, id)
 		history = append(history, id)
+		if opts.OnLogprobs != nil {
+			opts.OnLogprobs(lp)
+		}
 		if opts.OnToken != nil && !opts.OnToken(id) {
 			st.Stop = StopCallback
 			return st, nil

@@ -162,7 +162,7 @@ type chatCompletion struct {
 type chatChoice struct {
 	Index        int              `json:"index"`
 	Message      assistantMessage `json:"message"`
-	Logprobs     *struct{}        `json:"logprobs"`
+	Logprobs     *chatLogprobs    `json:"logprobs"`
 	FinishReason string           `json:"finish_reason"`
 }
 
@@ -185,10 +185,10 @@ type chatChunk struct {
 }
 
 type chunkChoice struct {
-	Index        int       `json:"index"`
-	Delta        delta     `json:"delta"`
-	Logprobs     *struct{} `json:"logprobs"`
-	FinishReason *string   `json:"finish_reason"`
+	Index        int           `json:"index"`
+	Delta        delta         `json:"delta"`
+	Logprobs     *chatLogprobs `json:"logprobs"`
+	FinishReason *string       `json:"finish_reason"`
 }
 
 type delta struct {
@@ -206,10 +206,52 @@ type textCompletion struct {
 }
 
 type textChoice struct {
-	Text         string    `json:"text"`
-	Index        int       `json:"index"`
-	Logprobs     *struct{} `json:"logprobs"`
-	FinishReason *string   `json:"finish_reason"`
+	Text         string        `json:"text"`
+	Index        int           `json:"index"`
+	Logprobs     *textLogprobs `json:"logprobs"`
+	FinishReason *string       `json:"finish_reason"`
+}
+
+// chatLogprobs are a chat choice's token log-probabilities.
+type chatLogprobs struct {
+	Content []chatTokenLogprob `json:"content"`
+}
+
+type chatTokenLogprob struct {
+	chatLogprob
+	TopLogprobs []chatLogprob `json:"top_logprobs"`
+}
+
+type chatLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+// textLogprobs are a completion choice's token log-probabilities, in the
+// legacy endpoint's parallel arrays.
+type textLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float64            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
+}
+
+// Bounds of the requests' logprobs fields, as OpenAI's.
+const (
+	maxTopLogprobs        = 20
+	maxCompletionLogprobs = 5
+)
+
+// logprobFloor stands for an impossible token's -Inf, which JSON cannot
+// carry, as OpenAI's -9999.
+const logprobFloor = -9999
+
+func jsonLogprob(v float64) float64 {
+	if !(v > logprobFloor) {
+		return logprobFloor
+	}
+	return v
 }
 
 type modelList struct {
@@ -316,11 +358,13 @@ func (s sampling) includeUsage() bool { return s.StreamOptions != nil && s.Strea
 
 // check refuses what the chat endpoint cannot do and returns the messages.
 func (r *chatRequest) check() ([]tokenizer.Message, *apiError) {
-	if r.Logprobs != nil && *r.Logprobs {
-		return nil, invalid("logprobs", "logprobs: not supported: lowbit's runner does not report token probabilities")
-	}
-	if r.TopLogprobs != nil {
-		return nil, invalid("top_logprobs", "top_logprobs: not supported: lowbit's runner does not report token probabilities")
+	if v := r.TopLogprobs; v != nil {
+		if *v < 0 || *v > maxTopLogprobs {
+			return nil, invalid("top_logprobs", fmt.Sprintf("top_logprobs: %d: want 0 to %d", *v, maxTopLogprobs))
+		}
+		if !r.logprobs() {
+			return nil, invalid("top_logprobs", "top_logprobs: only allowed with logprobs: true")
+		}
 	}
 	if len(r.Messages) == 0 {
 		return nil, invalid("messages", "messages: want at least one message")
@@ -343,11 +387,13 @@ func (r *chatRequest) check() ([]tokenizer.Message, *apiError) {
 	return msgs, nil
 }
 
+func (r *chatRequest) logprobs() bool { return r.Logprobs != nil && *r.Logprobs }
+
 // check refuses what the completions endpoint cannot do and returns the prompt.
 func (r *completionRequest) check() (string, *apiError) {
 	switch {
-	case r.Logprobs != nil && *r.Logprobs != 0:
-		return "", invalid("logprobs", "logprobs: not supported: lowbit's runner does not report token probabilities")
+	case r.Logprobs != nil && (*r.Logprobs < 0 || *r.Logprobs > maxCompletionLogprobs):
+		return "", invalid("logprobs", fmt.Sprintf("logprobs: %d: want 0 to %d", *r.Logprobs, maxCompletionLogprobs))
 	case r.Echo != nil && *r.Echo:
 		return "", invalid("echo", "echo: not supported")
 	case r.Suffix != nil && *r.Suffix != "":

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"lowbit/chat"
 	"lowbit/tokenizer"
@@ -222,10 +223,14 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, rec *re
 	if e != nil {
 		return nil, e
 	}
-	return &generation{s: s, rec: rec, model: m.Name, sampling: req.sampling, shape: chatShape{}, param: "messages",
-		run: func(ctx context.Context, out io.Writer) (chat.Result, error) {
-			return m.Runner.Reply(ctx, m.Template, msgs, opts, out)
-		}}, nil
+	g := &generation{s: s, rec: rec, model: m.Name, sampling: req.sampling, shape: chatShape{}, param: "messages"}
+	if req.logprobs() {
+		g.withLogprobs(&opts, deref(req.TopLogprobs), 0)
+	}
+	g.run = func(ctx context.Context, out io.Writer) (chat.Result, error) {
+		return m.Runner.Reply(ctx, m.Template, msgs, opts, out)
+	}
+	return g, nil
 }
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request, rec *record) (*generation, *apiError) {
@@ -242,10 +247,23 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, rec *record
 	if e != nil {
 		return nil, e
 	}
-	return &generation{s: s, rec: rec, model: m.Name, sampling: req.sampling, shape: textShape{}, param: "prompt",
-		run: func(ctx context.Context, out io.Writer) (chat.Result, error) {
-			return m.Runner.Complete(ctx, prompt, opts, out)
-		}}, nil
+	g := &generation{s: s, rec: rec, model: m.Name, sampling: req.sampling, shape: textShape{}, param: "prompt"}
+	if req.Logprobs != nil {
+		g.withLogprobs(&opts, *req.Logprobs, utf8.RuneCountInString(prompt))
+	}
+	g.run = func(ctx context.Context, out io.Writer) (chat.Result, error) {
+		return m.Runner.Complete(ctx, prompt, opts, out)
+	}
+	return g, nil
+}
+
+// deref is *v, or the zero value where v is nil (a field left out).
+func deref[T any](v *T) T {
+	var zero T
+	if v == nil {
+		return zero
+	}
+	return *v
 }
 
 // randomSeed seeds a request that gives none.

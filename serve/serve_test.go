@@ -333,9 +333,11 @@ func TestErrors(t *testing.T) {
 		{"stops", "/v1/completions", `{"model": "plain", "prompt": "a", "stop": ["a", "b", "c", "d", "e"]}`, 400, "stop", "", "at most 4"},
 		{"presence", "/v1/completions", `{"model": "plain", "prompt": "a", "presence_penalty": 0.5}`, 400, "presence_penalty", "", "only 0"},
 		{"frequency", "/v1/chat/completions", `{"model": "tiny", "messages": [{"role": "user", "content": "a"}], "frequency_penalty": 1}`, 400, "frequency_penalty", "", "only 0"},
-		{"logprobs", "/v1/completions", `{"model": "plain", "prompt": "a", "logprobs": 2}`, 400, "logprobs", "", "probabilities"},
-		{"chat logprobs", "/v1/chat/completions", `{"model": "tiny", "messages": [{"role": "user", "content": "a"}], "logprobs": true}`, 400, "logprobs", "", "probabilities"},
-		{"top_logprobs", "/v1/chat/completions", `{"model": "tiny", "messages": [{"role": "user", "content": "a"}], "top_logprobs": 2}`, 400, "top_logprobs", "", "probabilities"},
+		{"logprobs above 5", "/v1/completions", `{"model": "plain", "prompt": "a", "logprobs": 6}`, 400, "logprobs", "", "logprobs: 6: want 0 to 5"},
+		{"logprobs below 0", "/v1/completions", `{"model": "plain", "prompt": "a", "logprobs": -1}`, 400, "logprobs", "", "logprobs: -1: want 0 to 5"},
+		{"top_logprobs above 20", "/v1/chat/completions", `{"model": "tiny", "messages": [{"role": "user", "content": "a"}], "logprobs": true, "top_logprobs": 21}`, 400, "top_logprobs", "", "top_logprobs: 21: want 0 to 20"},
+		{"top_logprobs alone", "/v1/chat/completions", `{"model": "tiny", "messages": [{"role": "user", "content": "a"}], "top_logprobs": 2}`, 400, "top_logprobs", "", "only allowed with logprobs: true"},
+		{"top_logprobs with logprobs false", "/v1/chat/completions", `{"model": "tiny", "messages": [{"role": "user", "content": "a"}], "logprobs": false, "top_logprobs": 0}`, 400, "top_logprobs", "", "only allowed with logprobs: true"},
 		{"n", "/v1/chat/completions", `{"model": "tiny", "messages": [{"role": "user", "content": "a"}], "n": 2}`, 400, "n", "", "only 1"},
 		{"stream_options alone", "/v1/chat/completions", `{"model": "tiny", "messages": [{"role": "user", "content": "a"}], "stream_options": {"include_usage": true}}`, 400, "stream_options", "", "stream: true"},
 		{"role", "/v1/chat/completions", `{"model": "tiny", "messages": [{"role": "tool", "content": "a"}]}`, 400, "messages[0].role", "", "want system"},
@@ -370,13 +372,6 @@ func TestErrors(t *testing.T) {
 	if resp := post(t, ts, "/v1/completions", `{"model": "plain", "prompt": "the", "max_tokens": 2}`); resp.StatusCode != 200 {
 		t.Errorf("after the errors: %s", resp.Status)
 	}
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // holdSlot takes the generation slot as a running request would, until
@@ -619,4 +614,96 @@ func TestServeShutdown(t *testing.T) {
 	if _, err := http.Post(url, "application/json", strings.NewReader(`{}`)); err == nil {
 		t.Errorf("still accepting after the stop")
 	}
+}
+
+// TestLogprobs checks logprobs on both endpoints: one per token, at most 0,
+// the asked-for count of top tokens most likely first with the greedy
+// choice first, and the same whole and streamed.
+func TestLogprobs(t *testing.T) {
+	_, ts := newTestServer(t, Options{})
+	type logprob struct {
+		Token   string  `json:"token"`
+		Logprob float64 `json:"logprob"`
+		Bytes   []int   `json:"bytes"`
+	}
+	type content []struct {
+		logprob
+		TopLogprobs []logprob `json:"top_logprobs"`
+	}
+	const chatReq = `{"model": "tiny", "messages": [{"role": "user", "content": "the cat"}], "max_tokens": 6, "temperature": 0, "logprobs": true, "top_logprobs": 3, "stream": %v}`
+	var whole wantChatCompletion
+	decodeStrict(t, post(t, ts, "/v1/chat/completions", fmt.Sprintf(chatReq, false)).Body, &whole)
+	var got struct{ Content content }
+	if err := json.Unmarshal(whole.Choices[0].Logprobs, &got); err != nil {
+		t.Fatalf("logprobs %s: %v", whole.Choices[0].Logprobs, err)
+	}
+	var streamed content
+	for _, e := range readSSE(t, post(t, ts, "/v1/chat/completions", fmt.Sprintf(chatReq, true)).Body) {
+		var c wantChatChunk
+		decodeStrict(t, bytes.NewReader(e), &c)
+		var part struct{ Content content }
+		if lp := c.Choices[0].Logprobs; string(lp) != "null" && json.Unmarshal(lp, &part) != nil {
+			t.Fatalf("chunk logprobs %s", lp)
+		}
+		streamed = append(streamed, part.Content...)
+	}
+	if len(got.Content) != 6 || fmt.Sprint(got.Content) != fmt.Sprint(streamed) {
+		t.Fatalf("whole %+v, streamed %+v", got.Content, streamed)
+	}
+	for i, c := range got.Content {
+		if c.Logprob > 0 || string(toBytes(c.Bytes)) != c.Token || len(c.TopLogprobs) != 3 || c.TopLogprobs[0].Token != c.Token || c.TopLogprobs[0].Logprob != c.Logprob {
+			t.Errorf("token %d: %+v", i, c)
+		}
+		for j := 1; j < len(c.TopLogprobs); j++ {
+			if c.TopLogprobs[j].Logprob > c.TopLogprobs[j-1].Logprob {
+				t.Errorf("token %d: top_logprobs out of order: %+v", i, c.TopLogprobs)
+			}
+		}
+	}
+
+	const textReq = `{"model": "plain", "prompt": "the cat", "max_tokens": 5, "temperature": 0, "logprobs": 2, "stream": %v}`
+	type textLogprobs struct {
+		Tokens        []string             `json:"tokens"`
+		TokenLogprobs []float64            `json:"token_logprobs"`
+		TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+		TextOffset    []int                `json:"text_offset"`
+	}
+	var c wantTextCompletion
+	decodeStrict(t, post(t, ts, "/v1/completions", fmt.Sprintf(textReq, false)).Body, &c)
+	var lp textLogprobs
+	if err := json.Unmarshal(c.Choices[0].Logprobs, &lp); err != nil {
+		t.Fatalf("logprobs %s: %v", c.Choices[0].Logprobs, err)
+	}
+	var streamedText textLogprobs
+	for _, e := range readSSE(t, post(t, ts, "/v1/completions", fmt.Sprintf(textReq, true)).Body) {
+		var chunk wantTextCompletion
+		decodeStrict(t, bytes.NewReader(e), &chunk)
+		var part textLogprobs
+		if l := chunk.Choices[0].Logprobs; string(l) != "null" && json.Unmarshal(l, &part) != nil {
+			t.Fatalf("chunk logprobs %s", l)
+		}
+		streamedText.Tokens = append(streamedText.Tokens, part.Tokens...)
+		streamedText.TokenLogprobs = append(streamedText.TokenLogprobs, part.TokenLogprobs...)
+		streamedText.TopLogprobs = append(streamedText.TopLogprobs, part.TopLogprobs...)
+		streamedText.TextOffset = append(streamedText.TextOffset, part.TextOffset...)
+	}
+	if len(lp.Tokens) != 5 || fmt.Sprint(lp) != fmt.Sprint(streamedText) || strings.Join(lp.Tokens, "") != *c.Choices[0].Text {
+		t.Fatalf("whole %+v, streamed %+v, text %q", lp, streamedText, *c.Choices[0].Text)
+	}
+	offset := len("the cat")
+	for i, tok := range lp.Tokens {
+		top := lp.TopLogprobs[i]
+		if lp.TokenLogprobs[i] > 0 || lp.TextOffset[i] != offset || len(top) < 1 || len(top) > 3 || top[tok] != lp.TokenLogprobs[i] {
+			t.Errorf("token %d %q: logprob %v offset %d top %v", i, tok, lp.TokenLogprobs[i], lp.TextOffset[i], top)
+		}
+		offset += len(tok)
+	}
+}
+
+func toBytes(b []int) []byte {
+	out := make([]byte, len(b))
+	for i, v := range b {
+		out[i] = byte(v)
+	}
+	return out
 }

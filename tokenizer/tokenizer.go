@@ -10,6 +10,7 @@
 package tokenizer
 
 import (
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -217,6 +218,13 @@ func (d *Decoder) Next(id int) string {
 	out, rest := validPrefix(nil, d.pending, d.s.lossyPerByte(), false)
 	d.pending = append(d.pending[:0], rest...)
 	return string(out)
+}
+
+// Peek is the text Next(id) would return, without adding id: the text of
+// an alternative to the token that comes next.
+func (d *Decoder) Peek(id int) string {
+	c := Decoder{s: d.s, st: d.st, pending: slices.Clone(d.pending), t: d.t, ids: slices.Clone(d.ids), done: d.done}
+	return c.Next(id)
 }
 
 // Flush returns whatever is still held back (an incomplete character becomes U+FFFD),

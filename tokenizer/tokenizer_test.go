@@ -260,3 +260,26 @@ func TestWordMatcher(t *testing.T) {
 		}
 	}
 }
+
+// TestDecoderPeek checks that Peek gives what Next then gives, and leaves
+// the decoder as it was.
+func TestDecoderPeek(t *testing.T) {
+	tok, err := Load(filepath.Join(testmodels.Dir(t), "llama2-tokenizer/hf-tinyllama-1.1b-chat-v1.0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := tok.Encode("Once upon a time, caf\u00e9 \u2603", AddBOS(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	peeking, plain := NewDecoder(tok), NewDecoder(tok)
+	for _, id := range ids {
+		for _, other := range []int{0, 5, id} {
+			peeking.Peek(other)
+		}
+		want := peeking.Peek(id)
+		if got, ref := peeking.Next(id), plain.Next(id); got != want || got != ref {
+			t.Fatalf("token %d: Peek %q, Next %q, a decoder that never peeked %q", id, want, got, ref)
+		}
+	}
+}
