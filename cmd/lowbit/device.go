@@ -37,6 +37,16 @@ func newBackends(device string, msg io.Writer, quiet bool) (*backends, error) {
 	return &backends{device: device, msg: msg}, nil
 }
 
+// openBackend is newBackends and open in one, for a command that runs on
+// one backend.
+func openBackend(device string, msg io.Writer, quiet bool) (model.Backend, func(), error) {
+	b, err := newBackends(device, msg, quiet)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b.open()
+}
+
 // open returns a backend and a function that releases it. A nil backend
 // means the CPU (model.SessionOptions' default).
 func (b *backends) open() (model.Backend, func(), error) {

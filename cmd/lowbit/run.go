@@ -192,11 +192,7 @@ func runModel(cmd *cobra.Command, args []string, f runFlags, in runInput) error 
 	if f.ctxLen > m.Config.MaxPositions {
 		return fmt.Errorf("--ctx %d: the model reads at most %d positions (its max_position_embeddings)", f.ctxLen, m.Config.MaxPositions)
 	}
-	devices, err := newBackends(f.device, cmd.ErrOrStderr(), f.quiet || f.asJSON)
-	if err != nil {
-		return err
-	}
-	backend, release, err := devices.open()
+	backend, release, err := openBackend(f.device, cmd.ErrOrStderr(), f.quiet || f.asJSON)
 	if err != nil {
 		return err
 	}

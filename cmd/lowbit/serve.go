@@ -107,12 +107,8 @@ func runServe(cmd *cobra.Command, args []string, f serveFlags) error {
 	}
 	ctx := cmd.Context()
 	stderr := cmd.ErrOrStderr()
-	devices, err := newBackends(f.device, stderr, f.quiet)
-	if err != nil {
-		return err
-	}
 	// One backend for every model: they run one at a time.
-	backend, release, err := devices.open()
+	backend, release, err := openBackend(f.device, stderr, f.quiet)
 	if err != nil {
 		return err
 	}
