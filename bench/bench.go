@@ -24,6 +24,10 @@ type Options struct {
 	// Reps is the number of timed repetitions of each test (0: 5); one
 	// untimed warm-up run comes first.
 	Reps int
+	// Sampling, when not nil, makes the tg test draw each token with these
+	// settings (a fresh sampler, seed 1, for every repetition) instead of
+	// taking the greedy one; the test is named "tg128 sampled".
+	Sampling *model.SamplerOptions
 	// Progress, when not nil, gets a line per repetition.
 	Progress io.Writer
 }
@@ -111,6 +115,9 @@ func Run(ctx context.Context, m *model.Model, be model.Backend, name string, opt
 		return err
 	}
 	tg := func(n int) error {
+		if opts.Sampling != nil {
+			return sampled(ctx, s, c.BOS, n, *opts.Sampling)
+		}
 		tok := c.BOS
 		for i := 0; i < n; i++ {
 			var err error
@@ -170,7 +177,11 @@ func Run(ctx context.Context, m *model.Model, be model.Backend, name string, opt
 		}
 	}
 	if opts.Gen > 0 {
-		if err := timeTest(fmt.Sprintf("tg%d", opts.Gen), opts.Gen, func() error { return tg(opts.Gen) }); err != nil {
+		name := fmt.Sprintf("tg%d", opts.Gen)
+		if opts.Sampling != nil {
+			name += " sampled"
+		}
+		if err := timeTest(name, opts.Gen, func() error { return tg(opts.Gen) }); err != nil {
 			return nil, err
 		}
 		res.Bandwidth = float64(res.WeightBytes) * res.Tests[len(res.Tests)-1].Mean
@@ -183,6 +194,19 @@ func Run(ctx context.Context, m *model.Model, be model.Backend, name string, opt
 		}
 	}
 	return res, nil
+}
+
+// sampled runs n decode steps from tok as lowbit run does when it samples:
+// each token drawn from the step's candidates (or logits) by a sampler,
+// never stopping early.
+func sampled(ctx context.Context, s *model.Session, tok, n int, o model.SamplerOptions) error {
+	o.Seed = 1
+	sm, err := model.NewSampler(o)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	_, err = model.Generate(ctx, s, []int{tok}, model.GenerateOptions{MaxTokens: n, Sampler: sm})
+	return err
 }
 
 // decodeBytes is what a decode step reads of the weights: every matrix

@@ -114,6 +114,18 @@ func TestRunCPU(t *testing.T) {
 	if _, err := Run(ctx, m, nil, "fixture", Options{Gen: 4, Depth: m.Config.MaxPositions}); err == nil {
 		t.Fatal("depth beyond the context accepted")
 	}
+	// Sampled generation is its own test, as many steps as greedy's.
+	sampling := &model.SamplerOptions{Temperature: 0.8, TopK: 40, TopP: 0.9}
+	res, err = Run(ctx, m, nil, "fixture", Options{Gen: 8, Depth: 20, Reps: 2, Sampling: sampling})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Tests) != 1 || res.Tests[0].Test != "tg8 sampled @ d20" || len(res.Tests[0].Samples) != 2 || !(res.Tests[0].Mean > 0) {
+		t.Fatalf("sampled tests %+v", res.Tests)
+	}
+	if _, err := Run(ctx, m, nil, "fixture", Options{Gen: 4, Reps: 1, Sampling: &model.SamplerOptions{Temperature: 1, TopP: 2}}); err == nil {
+		t.Fatal("a sampler out of range accepted")
+	}
 }
 
 // TestRandomModelTernaryHead checks that the BitNet shape in tq2 keeps its

@@ -20,6 +20,7 @@ type benchFlags struct {
 	asJSON, quiet     bool
 	offline           bool
 	revision          string
+	sampling          samplingFlags
 }
 
 func newBenchCmd() *cobra.Command {
@@ -56,6 +57,7 @@ Both take comma-separated lists.`,
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress lines")
 	fl.BoolVar(&f.offline, "offline", false, "use the HF cache only (also HF_HUB_OFFLINE=1)")
 	fl.StringVar(&f.revision, "revision", "", "Hub revision of a repo id (default main)")
+	f.sampling.register(fl, 0, "time tg sampling at this temperature, as lowbit run does (0: greedy, as llama-bench)")
 	return cmd
 }
 
@@ -68,6 +70,10 @@ func runBench(cmd *cobra.Command, args []string, f benchFlags) error {
 		return fmt.Errorf("--bits chooses the format of --shape models; a model is measured in the format it is stored in")
 	}
 	progress := progressWriter(f.quiet || f.asJSON)
+	sampling, err := f.sampling.options()
+	if err != nil {
+		return err
+	}
 	devices, err := newBackends(f.device, cmd.ErrOrStderr(), f.quiet || f.asJSON)
 	if err != nil {
 		return err
@@ -108,6 +114,9 @@ func runBench(cmd *cobra.Command, args []string, f benchFlags) error {
 			return err
 		}
 		opts := bench.Options{Prompt: f.prompt, Gen: f.gen, Depth: f.depth, Reps: f.reps, Progress: progress}
+		if sampling.Temperature > 0 {
+			opts.Sampling = &sampling
+		}
 		// The default tests shrink to fit a short context; tests asked for do not.
 		room := m.Config.MaxPositions - f.depth
 		if !cmd.Flags().Changed("prompt") {

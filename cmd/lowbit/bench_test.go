@@ -36,6 +36,11 @@ func TestBench(t *testing.T) {
 	if len(res) != 1 || len(res[0].Tests) != 1 || res[0].Tests[0].Test != "tg3" || len(res[0].Tests[0].Samples) != 2 {
 		t.Fatalf("JSON %s", out)
 	}
+	// --temp times sampled generation, as lowbit run samples.
+	out, _, err = runIn(t, "", "bench", dir, "-p", "0", "-n", "4", "-r", "1", "--device", "cpu", "--temp", "0.8")
+	if err != nil || !strings.Contains(out, "| tg4 sampled |") {
+		t.Fatalf("sampled bench: %v\n%s", err, out)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -45,6 +50,8 @@ func TestBench(t *testing.T) {
 		{[]string{"bench", "--shape", "nosuch"}, "unknown shape"},
 		{[]string{"bench", "--shape", "tinyllama", "--bits", "3"}, "--bits 3"},
 		{[]string{"bench", dir, "--device", "tpu"}, "want cpu, cuda or auto"},
+		{[]string{"bench", dir, "--temp", "-1"}, "--temp -1: want 0 (greedy) or more"},
+		{[]string{"bench", dir, "--temp", "0.8", "--top-p", "2"}, "--top-p 2: want 0 to 1"},
 	} {
 		_, _, err := runIn(t, "", tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

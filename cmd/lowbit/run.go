@@ -22,24 +22,19 @@ import (
 
 // runFlags are lowbit run's options.
 type runFlags struct {
-	maxTokens   int
-	temp        float32
-	topK        int
-	topP        float32
-	minP        float32
-	repeat      float32
-	repeatLastN int
-	seed        int64
-	stops       []string
-	system      string
-	file        string
-	ctxLen      int
-	device      string
-	stats       bool
-	asJSON      bool
-	offline     bool
-	revision    string
-	quiet       bool
+	maxTokens int
+	sampling  samplingFlags
+	seed      int64
+	stops     []string
+	system    string
+	file      string
+	ctxLen    int
+	device    string
+	stats     bool
+	asJSON    bool
+	offline   bool
+	revision  string
+	quiet     bool
 }
 
 func newRunCmd() *cobra.Command {
@@ -88,12 +83,7 @@ without a chat template, as the prompt to complete.`,
 	}
 	fl := cmd.Flags()
 	fl.IntVarP(&f.maxTokens, "n-predict", "n", 256, "most tokens to generate (0: until the context is full)")
-	fl.Float32Var(&f.temp, "temp", 0.8, "temperature (0: greedy)")
-	fl.IntVar(&f.topK, "top-k", 40, "keep the K most likely tokens (0: all)")
-	fl.Float32Var(&f.topP, "top-p", 0.95, "keep the most likely tokens up to this probability (1: all)")
-	fl.Float32Var(&f.minP, "min-p", 0.05, "drop tokens less likely than this times the most likely (0: none)")
-	fl.Float32Var(&f.repeat, "repeat-penalty", 1.0, "penalty for tokens seen in the last --repeat-last-n (1: none)")
-	fl.IntVar(&f.repeatLastN, "repeat-last-n", 64, "history window of the repeat penalty (0: none, -1: all)")
+	f.sampling.register(fl, 0.8, "temperature (0: greedy)")
 	fl.Int64Var(&f.seed, "seed", -1, "sampling seed (-1: random, printed with --stats)")
 	fl.StringArrayVar(&f.stops, "stop", nil, `stop at this string (repeatable; \n and \t are understood)`)
 	fl.StringVar(&f.system, "system", "", "system message of a chat (refused with a prompt to complete)")
@@ -413,41 +403,23 @@ func generationOptions(f runFlags) (chat.Options, uint64, error) {
 		return bad("-n", f.maxTokens, "0 (until the context is full) or more")
 	case f.ctxLen < 0:
 		return bad("--ctx", f.ctxLen, "0 (the model's) or more")
-	case !(f.temp >= 0):
-		return bad("--temp", f.temp, "0 (greedy) or more")
-	case f.topK < 0:
-		return bad("--top-k", f.topK, "0 (all) or more")
-	case !(f.topP >= 0 && f.topP <= 1):
-		return bad("--top-p", f.topP, "0 to 1")
-	case !(f.minP >= 0 && f.minP <= 1):
-		return bad("--min-p", f.minP, "0 to 1")
-	case !(f.repeat > 0):
-		return bad("--repeat-penalty", f.repeat, "more than 0 (1: none)")
-	case f.repeatLastN < -1:
-		return bad("--repeat-last-n", f.repeatLastN, "-1 (all), 0 (none) or more")
 	case f.seed < -1:
 		return bad("--seed", f.seed, "-1 (random), or 0 or more")
+	}
+	sampler, err := f.sampling.options()
+	if err != nil {
+		return chat.Options{}, 0, err
 	}
 	seed := uint64(f.seed)
 	if f.seed < 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
+	sampler.Seed = seed
 	stops := make([]string, len(f.stops))
 	for i, s := range f.stops {
 		stops[i] = unescape(s)
 	}
-	penalty := f.repeat
-	if f.repeatLastN == 0 { // the sampler reads a window of 0 as its default
-		penalty = 1
-	}
-	return chat.Options{
-		MaxTokens: f.maxTokens,
-		Stop:      stops,
-		Sampler: model.SamplerOptions{
-			Temperature: f.temp, TopK: f.topK, TopP: f.topP, MinP: f.minP,
-			RepeatPenalty: penalty, RepeatLastN: f.repeatLastN, Seed: seed,
-		},
-	}, seed, nil
+	return chat.Options{MaxTokens: f.maxTokens, Stop: stops, Sampler: sampler}, seed, nil
 }
 
 // unescape reads \n, \t, \r and \\ as a shell user means them.
