@@ -117,23 +117,64 @@ func (s *Sampler) Sample(logits []float32, history []int) int {
 	if len(c) == 0 {
 		return 0
 	}
-	sortCands(c)
-	id, _ := s.pick(c, 0, false)
+	id, _ := s.pick(topCands(c, o.TopK), 0, false)
 	return id
 }
 
-// sortCands orders candidates by logit, largest first; equal logits keep
-// their order (ids ascending when c was built in id order).
-func sortCands(c []cand) {
-	slices.SortStableFunc(c, func(a, b cand) int {
-		switch {
-		case a.p > b.p:
-			return -1
-		case a.p < b.p:
-			return 1
+// candOrder orders candidates by logit, largest first, then by id: the
+// order a stable sort of candidates built in id order gives, as a total
+// order (the GPU's TopK returns them so too).
+func candOrder(a, b cand) int {
+	switch {
+	case a.p > b.p:
+		return -1
+	case a.p < b.p:
+		return 1
+	}
+	return a.id - b.id
+}
+
+// sortCands orders candidates by candOrder.
+func sortCands(c []cand) { slices.SortFunc(c, candOrder) }
+
+// topCands returns the first k of c in candOrder (all of c, sorted, when k
+// is 0 or more than c holds). With top-k set only those k are sorted: a
+// heap keeps the k best seen in one pass over the vocabulary, where a full
+// sort of every logit would cost milliseconds a token.
+func topCands(c []cand, k int) []cand {
+	if k <= 0 || k >= len(c) {
+		sortCands(c)
+		return c
+	}
+	h := c[:k] // a heap whose root is the worst of the k best
+	worse := func(i, j int) bool { return candOrder(h[i], h[j]) > 0 }
+	down := func(i int) {
+		for {
+			w, l, r := i, 2*i+1, 2*i+2
+			if l < k && worse(l, w) {
+				w = l
+			}
+			if r < k && worse(r, w) {
+				w = r
+			}
+			if w == i {
+				return
+			}
+			h[i], h[w] = h[w], h[i]
+			i = w
 		}
-		return 0
-	})
+	}
+	for i := k/2 - 1; i >= 0; i-- {
+		down(i)
+	}
+	for _, x := range c[k:] {
+		if candOrder(x, h[0]) < 0 {
+			h[0] = x
+			down(0)
+		}
+	}
+	sortCands(h)
+	return h
 }
 
 // CandidateSampling reports whether PickCandidates can serve this sampler:

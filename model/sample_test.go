@@ -1,7 +1,9 @@
 package model
 
 import (
+	"cmp"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -102,5 +104,49 @@ func TestSamplerOptionErrors(t *testing.T) {
 		if _, err := NewSampler(o); err == nil {
 			t.Errorf("%+v accepted", o)
 		}
+	}
+}
+
+// TestTopCands: the k best candidates by heap are the first k of the full
+// sort, in its order, ties (equal logits, -Inf) included.
+func TestTopCands(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{1, 7, 100, 1000} {
+		for _, k := range []int{0, 1, 3, 40, n - 1, n, n + 5} {
+			c := make([]cand, n)
+			for i := range c {
+				v := float32(r.IntN(20)) // many ties
+				if r.IntN(10) == 0 {
+					v = float32(math.Inf(-1))
+				}
+				c[i] = cand{i, v}
+			}
+			want := slices.Clone(c)
+			slices.SortStableFunc(want, func(a, b cand) int { return cmp.Compare(b.p, a.p) })
+			if k > 0 && k < n {
+				want = want[:k]
+			}
+			if got := topCands(c, k); !slices.Equal(got, want) {
+				t.Fatalf("n %d k %d: got %v, want %v", n, k, got[:min(5, len(got))], want[:min(5, len(want))])
+			}
+		}
+	}
+}
+
+// BenchmarkSampleTopK is one sampled token over a 32,000-word vocabulary
+// with top-k 40, as lowbit run samples when the step's candidates do not
+// settle the choice.
+func BenchmarkSampleTopK(b *testing.B) {
+	s, err := NewSampler(SamplerOptions{Temperature: 0.8, TopK: 40, TopP: 0.9, MinP: 0.05, Seed: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	logits := make([]float32, 32000)
+	for i := range logits {
+		logits[i] = float32(r.NormFloat64()) * 0.1
+	}
+	for b.Loop() {
+		s.Sample(logits, nil)
 	}
 }
