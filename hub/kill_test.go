@@ -54,9 +54,9 @@ func TestKillDuringDownload(t *testing.T) {
 		"model.safetensors": randomBytes(1<<20+77, 32),
 	}}
 	s.AddRepo("org/kill", repo)
-	// Slow enough that the rounds are killed mid-download, each getting a
-	// little further: the parts of model.safetensors take about 1s in all,
-	// tokenizer.json's stream about 2s.
+	// Slow enough, next to the rounds' kill times, that the rounds are
+	// killed mid-download, each getting a little further, on both the
+	// parallel-parts path (model.safetensors) and the stream path.
 	s.SetFaults("model.safetensors", &hubtest.Faults{Rate: 256 << 10})
 	s.SetFaults("tokenizer.json", &hubtest.Faults{Rate: 16 << 10})
 	cache := t.TempDir()

@@ -18,8 +18,8 @@ const (
 	// maxRepoFiles bounds the revision API's file list (the Hub itself
 	// asks repos to stay under 100,000 files).
 	maxRepoFiles = 100_000
-	// maxAPIBody bounds the revision API's answer: a repo of maxRepoFiles
-	// files with their hashes takes about 25 MiB.
+	// maxAPIBody bounds the revision API's answer: room for maxRepoFiles
+	// entries, each a path and its hashes.
 	maxAPIBody = 32 << 20
 	// maxPathLen bounds a repo path (Linux's PATH_MAX).
 	maxPathLen = 4096

@@ -183,10 +183,9 @@ func bitnetLogits(t *testing.T, m *Model, tokens []int) []float32 {
 // BitNet of hidden 512 over 160 positions, and stories260K's real weights
 // ternarized, over its 201 golden tokens (skipped without ../shared).
 //
-// Neither model was trained ternary, so their top-2 margins are tiny
-// (gen.log: 0.004 on the random model), and the int8 activations and the
-// 8-bit embedding and head each flip close calls (BENCHMARKS.md has the
-// agreement measured). The issue's >= 99% is for the trained 2B-4T model,
+// Neither model was trained ternary, so their top-2 margins are tiny, and
+// the int8 activations and the 8-bit embedding and head each flip close
+// calls (BENCHMARKS.md has the agreement measured). The issue's >= 99% is for the trained 2B-4T model,
 // which is not available offline; this test guards against breakage with
 // a 90% floor.
 func TestBitNetTop1AgainstFakeQuantized(t *testing.T) {

@@ -12,10 +12,9 @@ import (
 
 // q8Spec describes q8. An embedding table or output head takes groups of
 // 128: these are a model's largest tensors, and at batch 1 the head is read
-// whole every token; a 128-weight group cuts the fp16 scales from 6% of its
-// bytes to 1.6% (8.125 bits a weight against 8.5) for a rounding error only
-// slightly larger, still far below what fewer bits in the head would cost
-// (BENCHMARKS.md has the figures). Its scale is a group's largest |w| / 127,
+// whole every token; a 128-weight group has a quarter of the fp16 scales
+// to read for a rounding error only slightly larger, still far below what
+// fewer bits in the head would cost (BENCHMARKS.md has the figures). Its scale is a group's largest |w| / 127,
 // so weights up to 127 times the largest fp16 fit.
 var q8Spec = Spec{
 	Format: Q8, Bits: 8, CodeBits: 8, BlockBytes: 32, MaxCode: 127, Group: 32, TableGroup: 128,

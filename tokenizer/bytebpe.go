@@ -16,9 +16,9 @@ import (
 // the hfModel that the tokenizer.json of the same model would give, so encoding follows
 // the tokenizers crate as that one does.
 
-// Limits of these files, far above the real ones (Llama 3's tokenizer.model is 2.2 MB,
-// its longest token 128 bytes; Qwen's vocab.json 2.8 MB, merges.txt 1.7 MB). A token's
-// length bounds the work of deriving its merges (each split is a lookup).
+// Limits of these files, many times the real ones (a few MB each, tokens of at most a
+// few hundred bytes). A token's length bounds the work of deriving its merges (each split
+// is a lookup).
 const (
 	maxTiktokenSize    = 16 << 20
 	maxTiktokenToken   = 256

@@ -157,7 +157,7 @@ type tokenizerConfig struct {
 }
 
 // Size limits of the files a tokenizer is read from: far above any real one
-// (a 256k-token tokenizer.json is about 20 MB), so that a corrupt or hostile
+// (even a 256k-token tokenizer.json is tens of MB), so that a corrupt or hostile
 // file is refused, naming it, instead of read without bound.
 const (
 	maxConfigSize        = 16 << 20 // tokenizer_config.json, special_tokens_map.json, generation_config.json, chat_template.jinja
