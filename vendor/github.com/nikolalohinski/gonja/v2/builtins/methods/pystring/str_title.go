@@ -37,7 +37,7 @@ func Title(s string) string {
 		}
 		prevIsCased = unicode.IsLetter(char)
 	}
-	
+
 	return res.String()
 }
 
