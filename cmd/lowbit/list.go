@@ -99,19 +99,19 @@ func printList(cmd *cobra.Command, res listJSON) error {
 			notes = append(notes, fmt.Sprintf("note: %s is not a lowbit model: %s", m.Name, m.Problem))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%s\t%s\t%s\n", m.Name, m.Format, m.BitsPerWeight, diskSize(m.Size), m.Validation, m.Source)
+		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%s\t%s\t%s\n", m.Name, m.Format, m.BitsPerWeight, humanBytes(m.Size), m.Validation, m.Source)
 	}
 	tableHead(tw, "\nsource models in the HF cache "+res.HFCache, len(res.Cached), "none", "REPO\tREVISION\tCOMMIT\tFILES\tSIZE")
 	for _, r := range res.Cached {
 		if len(r.Revisions) == 0 {
-			fmt.Fprintf(tw, "%s\t-\t-\t0\t%s\n", r.RepoID, diskSize(r.Size))
+			fmt.Fprintf(tw, "%s\t-\t-\t0\t%s\n", r.RepoID, humanBytes(r.Size))
 		}
 		for _, rev := range r.Revisions {
 			refs := strings.Join(rev.Refs, ",")
 			if refs == "" {
 				refs = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%.12s\t%d\t%s\n", r.RepoID, refs, rev.Commit, rev.Files, diskSize(rev.Size))
+			fmt.Fprintf(tw, "%s\t%s\t%.12s\t%d\t%s\n", r.RepoID, refs, rev.Commit, rev.Files, humanBytes(rev.Size))
 		}
 	}
 	if err := tw.Flush(); err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"path/filepath"
 
 	"lowbit/manifest"
@@ -17,15 +16,6 @@ const modelArgHelp = `A model argument is found by trying, in order:
      come through the HF cache
   4. a Hub repo id, org/name, through the HF cache (validate and show never download)
 LOWBIT_HOME defaults to lowbit in the user's cache directory (~/.cache/lowbit).`
-
-// diskSize formats a size on disk in binary units, MiB below a GiB, so that
-// a column of sizes reads at a glance.
-func diskSize(n int64) string {
-	if n >= 1<<30 {
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	}
-	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-}
 
 // sourceLabel names where a converted model came from: its Hub repo, the
 // built-in demo, or its source directory.

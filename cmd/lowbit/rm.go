@@ -60,7 +60,7 @@ any was refused.`,
 					errs = append(errs, fmt.Errorf("rm %s: %w", name, err))
 					continue
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "removed %s (%s)\n", what, diskSize(n))
+				fmt.Fprintf(cmd.OutOrStdout(), "removed %s (%s)\n", what, humanBytes(n))
 			}
 			return errors.Join(errs...)
 		},

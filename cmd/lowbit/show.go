@@ -151,7 +151,7 @@ func printShow(w io.Writer, r showJSON) error {
 	lines = append(lines,
 		[2]string{"formats", fmt.Sprintf("linear %s, embeddings %s, head %s", formatGroup(f.Linear, f.LinearGroup), formatGroup(f.Embedding, f.EmbeddingGroup), head)},
 		[2]string{"parameters", fmt.Sprintf("%d (%s)", s.Parameters, humanCount(s.Parameters))},
-		[2]string{"size", fmt.Sprintf("%s on disk (source %s), %.2f bits/weight", diskSize(r.SizeOnDisk), diskSize(s.SourceBytes), s.BitsPerWeight)},
+		[2]string{"size", fmt.Sprintf("%s on disk (source %s), %.2f bits/weight", humanBytes(r.SizeOnDisk), humanBytes(s.SourceBytes), s.BitsPerWeight)},
 		[2]string{"error", fmt.Sprintf("relative L2 mean %.4f, max %.4f (%s)", s.MeanRelL2Error, s.MaxRelL2Error, s.MaxErrorTensor)},
 		[2]string{"validation", validationLine(r.Validation)},
 	)
