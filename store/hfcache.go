@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"lowbit/internal/atomicfile"
 )
 
 // CachedRepo is one model repo in the HuggingFace cache, as huggingface_hub's
@@ -257,5 +259,5 @@ func RemoveCached(cacheDir, repoID string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return size, removeDir(dir)
+	return size, atomicfile.Remove(dir)
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"unicode"
 
+	"lowbit/internal/atomicfile"
 	"lowbit/manifest"
 )
 
@@ -193,46 +194,7 @@ func (s Store) Remove(name string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return size, removeDir(dir)
-}
-
-// removingInfix marks a directory being removed: it is renamed first, so
-// that no reader finds half a model under the real name.
-const removingInfix = ".removing-"
-
-// removeDir renames dir to a hidden name beside it, then deletes it. The
-// leftovers of a remover that died are deleted by the next removal in the
-// same parent.
-func removeDir(dir string) error {
-	parent, base := filepath.Split(dir)
-	sweepRemoving(parent)
-	tmp, err := os.MkdirTemp(parent, "."+base+removingInfix)
-	if err != nil {
-		return fmt.Errorf("remove %s: %w", dir, err)
-	}
-	// Into a fresh directory of its own, where no other name can be in the way.
-	if err := os.Rename(dir, filepath.Join(tmp, base)); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("remove %s: %w", dir, err)
-	}
-	if err := os.RemoveAll(tmp); err != nil {
-		return fmt.Errorf("remove %s (now %s): %w", dir, tmp, err)
-	}
-	return nil
-}
-
-// sweepRemoving deletes what removals that died left in parent. Failures
-// are ignored: a leftover costs disk space, not correctness.
-func sweepRemoving(parent string) {
-	ents, err := os.ReadDir(parent)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		if e.IsDir() && strings.HasPrefix(e.Name(), ".") && strings.Contains(e.Name(), removingInfix) {
-			os.RemoveAll(filepath.Join(parent, e.Name()))
-		}
-	}
+	return size, atomicfile.Remove(dir)
 }
 
 // DirSize is the bytes of the regular files under dir (links not followed).

@@ -149,6 +149,29 @@ func (d *Dir) Discard() {
 	d.lock = nil
 }
 
+// Remove deletes dir whole. It is first moved into a temporary directory
+// beside it, so that no reader finds half of it under its name, and a
+// remover that dies midway leaves a dead writer's leftover for the next
+// RemoveStale.
+func Remove(dir string) error {
+	dir = filepath.Clean(dir)
+	d, err := CreateDir(dir)
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	if err := os.Rename(dir, filepath.Join(d.Path, filepath.Base(dir))); err != nil {
+		d.Discard()
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	err = os.RemoveAll(d.Path)
+	d.lock.Close()
+	d.lock = nil
+	if err != nil {
+		return fmt.Errorf("remove %s (now in %s): %w", dir, d.Path, err)
+	}
+	return nil
+}
+
 // RemoveStale removes from parent the temporary directories of writers that
 // died (their marker's lock is free). A live writer's directory, and anything
 // without a marker, is never touched. Failures are ignored: stale leftovers

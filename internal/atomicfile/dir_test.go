@@ -192,3 +192,25 @@ func TestCreateDirConcurrent(t *testing.T) {
 		t.Errorf("%d entries, want %d", len(got), 16*20)
 	}
 }
+
+func TestRemove(t *testing.T) {
+	parent := t.TempDir()
+	dest := filepath.Join(parent, "model")
+	if err := writeDir(t, dest, "old").Commit(); err != nil {
+		t.Fatal(err)
+	}
+	// A remover that died midway: its directory holds the model and a
+	// marker nobody holds.
+	dead := filepath.Join(parent, ".other"+partialInfix+"dead")
+	os.MkdirAll(filepath.Join(dead, "other"), 0o777)
+	os.WriteFile(filepath.Join(dead, marker), nil, 0o666)
+	if err := Remove(dest); err != nil {
+		t.Fatal(err)
+	}
+	if names := entries(t, parent); len(names) != 0 {
+		t.Errorf("after Remove the parent holds %v", names)
+	}
+	if err := Remove(dest); err == nil {
+		t.Error("removing what is not there succeeded")
+	}
+}
