@@ -435,15 +435,8 @@ func realPath(path string) (string, error) {
 // isLowbitModel accepts only a directory (not a link to one) with a lowbit
 // manifest: --force replaces converted models, nothing else.
 func isLowbitModel(dir string) error {
-	st, err := os.Lstat(dir)
-	if err != nil {
-		return fmt.Errorf("output %s: %w", dir, err)
-	}
-	if !st.IsDir() {
-		return fmt.Errorf("output %s exists and is not a directory; --force replaces only a lowbit model directory", dir)
-	}
-	if _, err := manifest.Read(dir); err != nil {
-		return fmt.Errorf("output %s is not a lowbit model directory (%v); --force replaces only those", dir, err)
+	if _, err := manifest.ReadModelDir(dir); err != nil {
+		return fmt.Errorf("output %s: --force replaces only a lowbit model directory: %w", dir, err)
 	}
 	return nil
 }

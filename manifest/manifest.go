@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -362,6 +363,22 @@ func (m *Manifest) Write(dir string) error {
 		return fmt.Errorf("manifest: %w", err)
 	}
 	return nil
+}
+
+// ReadModelDir is Read for a directory that lowbit may replace or remove
+// as a model of its own: the directory itself (a link to one is someone
+// else's), holding a valid manifest.json.
+func ReadModelDir(dir string) (*Manifest, error) {
+	st, err := os.Lstat(dir)
+	switch {
+	case err != nil:
+		return nil, err
+	case st.Mode()&fs.ModeSymlink != 0:
+		return nil, fmt.Errorf("%s is not a directory but a symbolic link", dir)
+	case !st.IsDir():
+		return nil, fmt.Errorf("%s is not a directory", dir)
+	}
+	return Read(dir)
 }
 
 // Read loads and checks dir/manifest.json.

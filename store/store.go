@@ -141,7 +141,7 @@ func (s Store) Models() ([]Model, error) {
 			continue
 		}
 		m := Model{Name: e.Name(), Dir: filepath.Join(s.ModelsDir(), e.Name())}
-		m.Manifest, err = readModel(m.Dir)
+		m.Manifest, err = manifest.ReadModelDir(m.Dir)
 		if err != nil {
 			m.Problem = err.Error()
 		}
@@ -152,19 +152,6 @@ func (s Store) Models() ([]Model, error) {
 	}
 	sort.Slice(models, func(i, j int) bool { return models[i].Name < models[j].Name })
 	return models, nil
-}
-
-// readModel reads the manifest of a lowbit model directory: a directory
-// itself (a link to one is someone else's) holding a valid manifest.json.
-func readModel(dir string) (*manifest.Manifest, error) {
-	st, err := os.Lstat(dir)
-	if err != nil {
-		return nil, err
-	}
-	if !st.IsDir() {
-		return nil, notDir(dir, st.Mode())
-	}
-	return manifest.Read(dir)
 }
 
 // notDir says that path is not a directory, and what it is when that is
@@ -187,7 +174,7 @@ func (s Store) Remove(name string) (int64, error) {
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
 		return 0, fmt.Errorf("%s: no model by that name in %s (lowbit list shows them)", name, s.ModelsDir())
 	}
-	if _, err := readModel(dir); err != nil {
+	if _, err := manifest.ReadModelDir(dir); err != nil {
 		return 0, fmt.Errorf("%s is left as it is: %w", dir, err)
 	}
 	size, err := DirSize(dir)
