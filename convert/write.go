@@ -145,10 +145,10 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 		if err := toFloat(p, src, x, r0, cols, s.allowNonFinite); err != nil {
 			return e, err
 		}
-		if err := p.format.CheckRange(x, int(cols), int(r0)); err != nil {
-			return e, fmt.Errorf("tensor %s: %w", p.name, err)
-		}
 		if !p.format.Quantized() {
+			if err := p.format.CheckRange(x, int(cols), int(r0)); err != nil {
+				return e, fmt.Errorf("tensor %s: %w", p.name, err)
+			}
 			b, err := safetensors.FromFloat32(p.parts[0].spec.DType, x)
 			if err != nil {
 				return e, fmt.Errorf("tensor %s: %w", p.name, err)
@@ -159,7 +159,7 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 			bar.Add(len(src))
 			continue
 		}
-		q, err := quantize.Quantize(ctx, p.format, x, int(nr), int(cols), quantize.Options{GroupSize: p.group, Search: s.search, TensorScale: tensorScale})
+		q, err := quantize.Quantize(ctx, p.format, x, int(nr), int(cols), quantize.Options{GroupSize: p.group, Search: s.search, TensorScale: tensorScale, FirstRow: int(r0)})
 		if err != nil {
 			return e, fmt.Errorf("tensor %s (rows %d-%d): %w", p.name, r0, r0+nr-1, err)
 		}

@@ -192,6 +192,9 @@ type Options struct {
 	// TensorScale, when non-zero, is the tq2 per-tensor absmean to use instead
 	// of computing it from w: a tensor quantized chunk by chunk keeps one scale.
 	TensorScale float32
+	// FirstRow is the row of the whole tensor that w's first row is, when
+	// w is a chunk of it: errors name the tensor's rows.
+	FirstRow int
 }
 
 // Tensor is a quantized weight matrix.
@@ -277,7 +280,7 @@ func Quantize(ctx context.Context, f Format, w []float32, rows, cols int, opt Op
 	if rows <= 0 || cols <= 0 || len(w) != rows*cols {
 		return nil, fmt.Errorf("quantize: %d values do not make a [%d, %d] matrix", len(w), rows, cols)
 	}
-	if err := f.CheckRange(w, cols, 0); err != nil {
+	if err := f.CheckRange(w, cols, opt.FirstRow); err != nil {
 		return nil, fmt.Errorf("quantize: %w", err)
 	}
 	s := f.spec()

@@ -79,6 +79,11 @@ func TestQuantizeAtTheLimit(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "at row 1, column 5 is out of range for "+string(f)) {
 				t.Errorf("%s just beyond its limit: err = %v", f, err)
 			}
+			// A chunk of a tensor names the tensor's row.
+			_, err = Quantize(context.Background(), f, w, rows, cols, Options{Search: search, FirstRow: 100})
+			if err == nil || !strings.Contains(err.Error(), "at row 101, column 5") {
+				t.Errorf("%s in a chunk from row 100: err = %v", f, err)
+			}
 		}
 	}
 }
