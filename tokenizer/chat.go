@@ -111,7 +111,8 @@ func LoadChatTemplate(dir string) (*ChatTemplate, error) {
 		return nil, err
 	}
 	path := filepath.Join(dir, "chat_template.jinja")
-	src, err := readTemplateFile(path)
+	b, err := safefile.ReadFile(path, maxTemplateSize)
+	src := string(b)
 	if errors.Is(err, os.ErrNotExist) {
 		path = filepath.Join(dir, "tokenizer_config.json")
 		if src, err = cfg.chatTemplate(); err != nil {
@@ -129,12 +130,6 @@ func LoadChatTemplate(dir string) (*ChatTemplate, error) {
 	}
 	c.path = path
 	return c, nil
-}
-
-// readTemplateFile reads a template file no larger than maxTemplateSize.
-func readTemplateFile(path string) (string, error) {
-	b, err := safefile.ReadFile(path, maxTemplateSize)
-	return string(b), err
 }
 
 // NewChatTemplate compiles a Jinja chat template.
