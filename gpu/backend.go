@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"context"
 	"fmt"
 
 	"lowbit/model"
@@ -9,53 +10,74 @@ import (
 
 // Backend runs the model's forward pass (model.Backend) on a Device: every
 // weight uploaded once, the KV cache allocated once, activations in device
-// buffers, every operation queued on the device's stream. Only Read copies
-// back. Operations are held until a result is needed (Read, Argmax, TopK,
-// Err) and then handed to the device thread together: a decode step is one
-// hand-off to that thread, not one an operation. Errors are sticky: the
-// first failure of a queued operation is kept and returned from Read and
-// Err, and later operations are skipped.
+// buffers, every operation queued on the device's stream. Operations are
+// held until a result is needed (the end of a Step, Read) and then handed
+// to the device thread together: a decode step is one hand-off to that
+// thread, not one an operation. Errors are sticky: the first failure of a
+// queued operation is kept and returned from Step and Read, and later
+// operations are skipped.
 //
-// A decode step (one token) can be recorded as a CUDA graph and replayed
-// (ReplayStep, model.StepReplayer): the step's token id and position live
-// in device memory, written by SetStep, so the graph is the same for every
-// token.
+// How it runs what the model asks is its own affair (gpu/README.md):
+//   - Linear folds the norm of its input and the residual add into the
+//     decode products (the shared-memory matvec kernels), runs a group
+//     uploaded together (q/k/v, gate/up) as one product over the joined
+//     matrix, and writes the MLP's act(gate) * up from that product
+//     directly; elsewhere it runs a norm, the products and an add, holding
+//     the add back to join it with the next norm (add_rmsnorm).
+//   - Attention rotates q and k inside the decode attention kernel.
+//   - A decode step (one token, a model.Step with a Key) is recorded once
+//     as a CUDA graph and replayed; its token and position live in device
+//     memory, so the graph is the same for every token. A greedy step
+//     queues the next step on its own argmax before the id comes back
+//     (chain.go).
 type Backend struct {
 	d *Device
 
-	mats   map[*model.Weight]*gpuMat
-	bufs   []Buffer
-	caches []*gpuCache
+	// The handles' objects: mats[id-1], bufs[id], caches[id].
+	mats     []*gpuMat
+	byWeight map[*model.Weight]int
+	bufs     []gpuBuf
+	caches   []*gpuCache
+	// joined are the matrices of groups uploaded together; their parts
+	// are views into them.
+	joined []*Matrix
+	// scratch are the backend's own buffers (the normed input, products
+	// waiting for their add or activation): grown, never shrunk, and the
+	// replaced ones kept until Close, as recorded graphs read them.
+	scratch [3]Buffer
+	retired []Buffer
+
 	// tok and pos hold the step's token ids and the positions of its
 	// tokens (int32, maxStep of each), the two halves of step.
 	step, tok, pos Buffer
 	maxStep        int
 	n              int // tokens of the current step
 	first          int // position of the step's first token
+	slot           int // cache slot of the step's sequence
 	// i8 holds int8 activations (maxStep rows of whole blocks) per width
 	// (tq2 weights); scale their scales, one per token.
 	i8    map[int]Buffer
 	scale Buffer
 
 	idx  Buffer // argmax's result
-	topk Buffer // TopK's results (kept for the next step)
+	topk Buffer // top-k's results (kept for the next step)
 
-	fused []*Matrix // joined weights (Fuse); parts are views into them
+	// pending is a product waiting to be added to its destination (held
+	// in scratch[2]), so the add joins the next norm of that buffer.
+	pending *pendingAdd
 
 	// queue holds the operations not yet handed to the device thread.
 	queue []func() error
 
 	steps map[any]*stepGraph
-	// skip, normed and gatedLast: LOWBIT_SKIP's kernels, the count of
-	// normed products in the step so far and whether the last product
-	// had a gated output (skip.go, profiling only).
-	skip      map[string]bool
-	normed    int
-	gatedLast bool
-	// chain is the decode step ChainGreedy queued ahead (chain.go);
+	// skip, normed: LOWBIT_SKIP's kernels and the count of normed
+	// products in the step so far (skip.go, profiling only).
+	skip   map[string]bool
+	normed int
+	// chain is the decode step chainGreedy queued ahead (chain.go);
 	// noChain turns chaining off (tests compare the two).
 	chain   *chainedStep
-	running *chainedStep // the chained step Chained found queued, until ChainGreedy
+	running *chainedStep // the chained step chained found queued, until chainGreedy
 	noChain bool
 	// noGraphs runs every step directly (tests compare the two).
 	noGraphs bool
@@ -63,13 +85,16 @@ type Backend struct {
 }
 
 // gpuMat is a weight on the device; w is kept so that an embedding table
-// in a format the embed kernels do not read can be widened once.
+// in a format the embed kernels do not read can be widened once, and a
+// rotation's frequencies made into a table.
 type gpuMat struct {
 	m     *Matrix
 	w     *model.Weight
 	table *Matrix // f32 copy of an embedding table in another format
-	// view: m lies inside a fused matrix (Fuse), which owns the memory.
-	view bool
+	// join is the matrix m lies in (a group uploaded together), which
+	// owns the memory; part is m's place among its parts.
+	join *Matrix
+	part int
 }
 
 // gpuBuf is a device activation buffer of n float32 values.
@@ -78,14 +103,18 @@ type gpuBuf struct {
 	n int
 }
 
-func (b gpuBuf) Len() int { return b.n }
+// pendingAdd is a product in scratch[2] still to be added to dst.
+type pendingAdd struct {
+	dst model.Buf
+	src Buffer
+}
 
-// gpuCache is a KV cache: per layer [positions, kvDim] keys and values.
+// gpuCache is a KV cache: per layer and slot [positions, kvDim] keys and
+// values.
 type gpuCache struct {
-	k, v      []Buffer
-	all       Buffer
-	positions int
-	kvDim     int
+	shape model.CacheShape
+	k, v  []Buffer // [layer*slots + slot]
+	all   Buffer
 	// dec is the decode attention's plan for this cache (made on first
 	// use; nil with decErr when attn_decode does not take the layout);
 	// rope its rotation table (ropeTable) for the cache's positions.
@@ -100,10 +129,10 @@ type gpuCache struct {
 type stepGraph struct {
 	runs int
 	g    *Graph
-	// enqueue queues the step (ReplayStep's, the latest call's); chain is
-	// the step captured again with the argmax of its logits at chainSrc
-	// after it (ChainGreedy, chain.go), tried once.
-	enqueue    func() error
+	// pass queues the step (the latest call's); chain is the step
+	// captured again with the argmax of its logits at chainSrc after it
+	// (chainGreedy, chain.go), tried once.
+	pass       func() error
 	chain      *Graph
 	chainSrc   Buffer
 	chainN     int
@@ -116,7 +145,7 @@ func NewBackend(d *Device, maxStep int) (*Backend, error) {
 	if maxStep <= 0 {
 		maxStep = 512
 	}
-	b := &Backend{d: d, mats: map[*model.Weight]*gpuMat{}, i8: map[int]Buffer{}, steps: map[any]*stepGraph{}, maxStep: maxStep, skip: d.exp.skip}
+	b := &Backend{d: d, byWeight: map[*model.Weight]int{}, i8: map[int]Buffer{}, steps: map[any]*stepGraph{}, maxStep: maxStep, skip: d.exp.skip}
 	err := d.do(func() error {
 		var err error
 		if b.step, err = d.pool.alloc(d, int64(8*maxStep), MemScratch); err != nil {
@@ -152,11 +181,11 @@ func (b *Backend) Close() {
 				s.chain.destroy()
 			}
 		}
-		for _, m := range b.fused {
+		for _, m := range b.joined {
 			b.d.freeMatrix(m)
 		}
 		for _, m := range b.mats {
-			if !m.view {
+			if m.join == nil {
 				b.d.freeMatrix(m.m)
 			}
 			if m.table != nil {
@@ -173,7 +202,12 @@ func (b *Backend) Close() {
 				b.d.pool.release(c.rope)
 			}
 		}
-		for _, x := range append(b.bufs, b.step, b.scale, b.idx, b.topk) {
+		var all []Buffer
+		for _, x := range b.bufs {
+			all = append(all, x.b)
+		}
+		all = append(append(append(all, b.scratch[:]...), b.retired...), b.step, b.scale, b.idx, b.topk)
+		for _, x := range all {
 			if x.ptr != 0 {
 				b.d.pool.release(x)
 			}
@@ -183,8 +217,9 @@ func (b *Backend) Close() {
 		}
 		return nil
 	})
-	b.steps, b.mats, b.caches, b.bufs, b.i8, b.fused = map[any]*stepGraph{}, map[*model.Weight]*gpuMat{}, nil, nil, map[int]Buffer{}, nil
-	b.step, b.tok, b.pos, b.scale, b.idx = Buffer{}, Buffer{}, Buffer{}, Buffer{}, Buffer{}
+	b.steps, b.mats, b.byWeight, b.caches, b.bufs, b.i8, b.joined = map[any]*stepGraph{}, nil, map[*model.Weight]int{}, nil, nil, map[int]Buffer{}, nil
+	b.scratch, b.retired = [3]Buffer{}, nil
+	b.step, b.tok, b.pos, b.scale, b.idx, b.topk = Buffer{}, Buffer{}, Buffer{}, Buffer{}, Buffer{}, Buffer{}
 }
 
 // Name implements model.Backend.
@@ -200,17 +235,73 @@ func (b *Backend) WeightBytes() int64 {
 	return n
 }
 
+// fail records the first error.
+func (b *Backend) fail(err error) {
+	if b.err == nil && err != nil {
+		b.err = err
+	}
+}
+
+// mat is the weight m names, or nil (and a recorded error) for a handle
+// this backend did not make.
+func (b *Backend) mat(m model.Mat) *gpuMat {
+	if m.ID() < 1 || m.ID() > len(b.mats) {
+		b.fail(fmt.Errorf("gpu: weight %d was not uploaded here", m.ID()))
+		return nil
+	}
+	return b.mats[m.ID()-1]
+}
+
+// buf is the device memory of x, or an empty Buffer (and a recorded
+// error) for a handle this backend did not make.
+func (b *Backend) buf(x model.Buf) Buffer {
+	if x.ID() < 0 || x.ID() >= len(b.bufs) || x.Off()+x.Len() > b.bufs[x.ID()].n {
+		b.fail(fmt.Errorf("gpu: buffer %d [%d, %d) was not allocated here", x.ID(), x.Off(), x.Off()+x.Len()))
+		return Buffer{}
+	}
+	return b.bufs[x.ID()].b.slice(int64(4*x.Off()), int64(4*x.Len()))
+}
+
+// cache is the cache c names, or nil (and a recorded error).
+func (b *Backend) cache(c model.Cache) *gpuCache {
+	if c.ID() < 0 || c.ID() >= len(b.caches) {
+		b.fail(fmt.Errorf("gpu: cache %d was not made here", c.ID()))
+		return nil
+	}
+	return b.caches[c.ID()]
+}
+
 // Upload implements model.Backend: float weights as f32, or f16 where
 // marked Half (rows padded to whole 32-weight blocks), quantized ones
 // packed as they are. A weight uploaded twice (a tied output head) is
-// stored once.
-func (b *Backend) Upload(w *model.Weight) (model.Mat, error) {
-	if w == nil {
-		return nil, fmt.Errorf("gpu: upload of a nil weight")
+// stored once. A group is joined into one matrix where its parts allow
+// (join), so one product reads them all.
+func (b *Backend) Upload(group ...*model.Weight) ([]model.Mat, error) {
+	out := make([]model.Mat, len(group))
+	fresh := true
+	for i, w := range group {
+		if w == nil {
+			return nil, fmt.Errorf("gpu: upload of a nil weight")
+		}
+		id, ok := b.byWeight[w]
+		if !ok {
+			var err error
+			if id, err = b.upload(w); err != nil {
+				return nil, err
+			}
+		} else {
+			fresh = false
+		}
+		out[i] = model.MakeMat(id, w.Rows, w.Cols)
 	}
-	if m, ok := b.mats[w]; ok {
-		return m, nil
+	if len(group) > 1 && fresh {
+		b.join(out)
 	}
+	return out, nil
+}
+
+// upload puts one weight on the device and returns its id.
+func (b *Backend) upload(w *model.Weight) (int, error) {
 	b.flush()
 	var m *Matrix
 	var err error
@@ -223,10 +314,11 @@ func (b *Backend) Upload(w *model.Weight) (model.Mat, error) {
 		m, err = b.d.UploadFloat(quantize.F32, w.F32, w.Rows, w.Cols)
 	}
 	if err != nil {
-		return nil, memError(err)
+		return 0, memError(err)
 	}
-	gm := &gpuMat{m: m, w: w}
-	b.mats[w] = gm
+	b.mats = append(b.mats, &gpuMat{m: m, w: w})
+	id := len(b.mats)
+	b.byWeight[w] = id
 	if m.Format.Spec().Int8Activations {
 		if _, ok := b.i8[m.Cols]; !ok {
 			err := b.d.do(func() error {
@@ -238,11 +330,11 @@ func (b *Backend) Upload(w *model.Weight) (model.Mat, error) {
 				return b.d.memset(q, 0)
 			})
 			if err != nil {
-				return nil, memError(err)
+				return 0, memError(err)
 			}
 		}
 	}
-	return gm, nil
+	return id, nil
 }
 
 // memError adds what to do to an out-of-memory error.
@@ -257,8 +349,18 @@ func memError(err error) error {
 // padding after its end.
 func (b *Backend) Alloc(n int) (model.Buf, error) {
 	if n < 0 {
-		return nil, fmt.Errorf("gpu: cannot allocate %d values", n)
+		return model.Buf{}, fmt.Errorf("gpu: cannot allocate %d values", n)
 	}
+	buf, err := b.alloc(n)
+	if err != nil {
+		return model.Buf{}, err
+	}
+	b.bufs = append(b.bufs, gpuBuf{b: buf.slice(0, int64(4*n)), n: n})
+	return model.MakeBuf(len(b.bufs)-1, n), nil
+}
+
+// alloc is a zeroed device buffer of n float32 values and 32 of padding.
+func (b *Backend) alloc(n int) (Buffer, error) {
 	b.flush()
 	var buf Buffer
 	err := b.d.do(func() (err error) {
@@ -267,76 +369,52 @@ func (b *Backend) Alloc(n int) (model.Buf, error) {
 		}
 		return b.d.memset(buf, 0)
 	})
-	if err != nil {
-		return nil, memError(err)
-	}
-	b.bufs = append(b.bufs, buf)
-	return gpuBuf{b: buf.slice(0, int64(4*n)), n: n}, nil
+	return buf, memError(err)
 }
 
-// View implements model.Backend.
-func (b *Backend) View(x model.Buf, off, n int) model.Buf {
-	g := x.(gpuBuf)
-	if off < 0 || n < 0 || off+n > g.n {
-		b.fail(fmt.Errorf("gpu: view [%d, %d) of a buffer of %d", off, off+n, g.n))
-		return gpuBuf{b: g.b.slice(0, 0)}
+// scratchBuf is scratch buffer i, at least n values (grown on the host
+// side of the queue; a step that was recorded grew it when it ran first).
+func (b *Backend) scratchBuf(i, n int) Buffer {
+	if b.scratch[i].size >= int64(4*n) {
+		return b.scratch[i].slice(0, int64(4*n))
 	}
-	return gpuBuf{b: g.b.slice(int64(4*off), int64(4*n)), n: n}
+	buf, err := b.alloc(max(n, 1024))
+	if err != nil {
+		b.fail(fmt.Errorf("gpu: scratch of %d values: %w", n, err))
+		return Buffer{}
+	}
+	if b.scratch[i].ptr != 0 {
+		b.retired = append(b.retired, b.scratch[i])
+	}
+	b.scratch[i] = buf.slice(0, int64(4*max(n, 1024)))
+	return b.scratch[i].slice(0, int64(4*n))
 }
 
 // NewCache implements model.Backend: one allocation (kind MemKV) for every
-// layer's keys and values.
-func (b *Backend) NewCache(layers, positions, kvDim int) (model.KVCache, error) {
-	if layers <= 0 || positions <= 0 || kvDim <= 0 {
-		return nil, fmt.Errorf("gpu: bad cache geometry %d layers x %d positions x %d", layers, positions, kvDim)
+// layer's and slot's keys and values.
+func (b *Backend) NewCache(s model.CacheShape) (model.Cache, error) {
+	if s.Layers <= 0 || s.Slots <= 0 || s.Positions <= 0 || s.KVDim <= 0 {
+		return model.Cache{}, fmt.Errorf("gpu: bad cache geometry %d layers x %d slots x %d positions x %d", s.Layers, s.Slots, s.Positions, s.KVDim)
 	}
 	b.flush()
-	per := int64(positions) * int64(kvDim) * 4
-	c := &gpuCache{positions: positions, kvDim: kvDim}
+	per := int64(s.Positions) * int64(s.KVDim) * 4
+	parts := int64(s.Layers) * int64(s.Slots)
+	c := &gpuCache{shape: s}
 	err := b.d.do(func() (err error) {
-		if c.all, err = b.d.pool.alloc(b.d, 2*int64(layers)*per, MemKV); err != nil {
+		if c.all, err = b.d.pool.alloc(b.d, 2*parts*per, MemKV); err != nil {
 			return err
 		}
 		return b.d.memset(c.all, 0)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("gpu: KV cache of %d MiB: %w", 2*int64(layers)*per>>20, memError(err))
+		return model.Cache{}, fmt.Errorf("gpu: KV cache of %d MiB: %w", 2*parts*per>>20, memError(err))
 	}
-	for l := 0; l < layers; l++ {
-		c.k = append(c.k, c.all.slice(int64(2*l)*per, per))
-		c.v = append(c.v, c.all.slice(int64(2*l+1)*per, per))
+	for i := range parts {
+		c.k = append(c.k, c.all.slice(2*i*per, per))
+		c.v = append(c.v, c.all.slice((2*i+1)*per, per))
 	}
 	b.caches = append(b.caches, c)
-	return c, nil
-}
-
-// SetStep implements model.Backend: the token ids and their positions go
-// to device memory (a graph replayed afterwards reads them there).
-func (b *Backend) SetStep(tokens []int, pos int) error {
-	if len(tokens) == 0 || len(tokens) > b.maxStep {
-		return fmt.Errorf("gpu: a step of %d tokens (1 to %d)", len(tokens), b.maxStep)
-	}
-	if b.err != nil {
-		return b.err
-	}
-	// One copy: ids in the first half, positions in the second.
-	buf := make([]int32, 2*b.maxStep)
-	for i, t := range tokens {
-		buf[i] = int32(t)
-		buf[b.maxStep+i] = int32(pos + i)
-	}
-	b.n, b.first = len(tokens), pos
-	b.normed, b.gatedLast = 0, false
-	b.chain, b.running = nil, nil
-	b.op("step", func() error { return b.d.htod(b.step, 0, bytesOf(buf)) })
-	return nil
-}
-
-// fail records the first error.
-func (b *Backend) fail(err error) {
-	if b.err == nil && err != nil {
-		b.err = err
-	}
+	return model.MakeCache(len(b.caches) - 1), nil
 }
 
 // op queues fn for the device thread unless an earlier operation failed.
@@ -375,7 +453,7 @@ func (b *Backend) run(fn func() error) error {
 
 // flush runs what is queued before a call that goes to the device
 // thread by itself (uploads, allocations), so the stream keeps the order
-// of the calls; a failure stays sticky (Err).
+// of the calls; a failure stays sticky.
 func (b *Backend) flush() { b.run(nil) }
 
 // runAll runs queued operations in order, up to the first failure.
@@ -388,11 +466,138 @@ func runAll(q []func() error) error {
 	return nil
 }
 
+// Step implements model.Backend. One sequence a step: its token ids and
+// positions go to device memory, then the pass runs, directly or as a
+// replayed graph (a decode step with a key), or not at all when the
+// greedy step before queued it already; then what st.Want asks is found
+// where the logits are.
+func (b *Backend) Step(ctx context.Context, st *model.Step, pass func() error) (*model.StepResult, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
+	c := b.cache(st.Cache)
+	if c == nil {
+		return nil, b.err
+	}
+	if err := st.Check(c.shape); err != nil {
+		return nil, fmt.Errorf("gpu: %w", err)
+	}
+	if len(st.Seqs) != 1 {
+		return nil, fmt.Errorf("gpu: a step of %d sequences: the CUDA backend steps one sequence at a time", len(st.Seqs))
+	}
+	seq := st.Seqs[0]
+	if len(seq.Tokens) > b.maxStep {
+		return nil, fmt.Errorf("gpu: a step of %d tokens (at most %d)", len(seq.Tokens), b.maxStep)
+	}
+	var logits Buffer
+	if st.Logits.Len() > 0 {
+		if logits = b.buf(st.Logits); b.err != nil {
+			return nil, b.err
+		}
+	}
+	full := func() error {
+		if err := pass(); err != nil {
+			return err
+		}
+		b.settle()
+		return nil
+	}
+	decode := len(seq.Tokens) == 1 && st.Key != nil && !b.noGraphs
+	if !decode || !b.chained(st.Key, seq.Tokens, seq.Pos) {
+		b.setStep(seq)
+		var err error
+		if decode {
+			err = b.replay(st.Key, full)
+		} else {
+			err = full()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	res := &model.StepResult{}
+	w, vocab := st.Want, st.Vocab
+	if st.Logits.Len() == 0 || w == (model.Want{}) {
+		return res, b.run(nil)
+	}
+	rows := st.Logits.Len() / vocab
+	for r := range rows {
+		row := logits.slice(int64(4*r*vocab), int64(4*vocab))
+		if w.TopK > 0 {
+			cands, err := b.topKOf(row, vocab, w.TopK, w.Temp)
+			if err != nil {
+				return nil, err
+			}
+			res.Cands = append(res.Cands, cands)
+		}
+		if w.Greedy && !w.Logits {
+			var id int
+			var err error
+			if decode && rows == 1 && w.TopK == 0 && seq.Pos+2 <= c.shape.Positions {
+				// The next step, on this id, is queued before it comes back.
+				id, err = b.chainGreedy(st.Key, row, vocab)
+			} else {
+				id, err = b.argmax(row, vocab)
+			}
+			if err != nil {
+				return nil, err
+			}
+			res.Next = append(res.Next, id)
+		}
+	}
+	if w.Logits {
+		res.Logits = make([]float32, rows*vocab)
+		if err := b.run(func() error { return b.d.dtoh(bytesOf(res.Logits), logits, 0) }); err != nil {
+			return nil, err
+		}
+		if w.Greedy {
+			for r := range rows {
+				res.Next = append(res.Next, hostArgmax(res.Logits[r*vocab:(r+1)*vocab]))
+			}
+		}
+	}
+	return res, b.run(nil)
+}
+
+// hostArgmax is the index of the largest value (the first on ties), as
+// the argmax kernel finds it.
+func hostArgmax(x []float32) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// setStep queues the copy of the step's token ids and positions to
+// device memory (a graph replayed afterwards reads them there).
+func (b *Backend) setStep(s model.Seq) {
+	// One copy: ids in the first half, positions in the second.
+	buf := make([]int32, 2*b.maxStep)
+	for i, t := range s.Tokens {
+		buf[i] = int32(t)
+		buf[b.maxStep+i] = int32(s.Pos + i)
+	}
+	b.n, b.first, b.slot = len(s.Tokens), s.Pos, s.Slot
+	b.normed = 0
+	b.chain, b.running = nil, nil
+	b.op("step", func() error { return b.d.htod(b.step, 0, bytesOf(buf)) })
+}
+
 // Embed implements model.Backend. Tables in formats other than f32 and q8
 // are widened to f32 on the device once, on first use; scale (Gemma's)
 // multiplies the rows as they are copied.
-func (b *Backend) Embed(dst model.Buf, table model.Mat, n int, scale float32) {
-	t, out := table.(*gpuMat), dst.(gpuBuf)
+func (b *Backend) Embed(dst model.Buf, table model.Mat, scale float32) {
+	t, out := b.mat(table), b.buf(dst)
+	if b.err != nil {
+		return
+	}
+	if out.size < int64(4*b.n*t.w.Cols) {
+		b.fail(fmt.Errorf("gpu: embed: %d tokens of %d values into %d", b.n, t.w.Cols, dst.Len()))
+		return
+	}
 	m := t.m
 	if m.Format != quantize.F32 && m.Format != quantize.Q8 {
 		if t.table == nil {
@@ -411,96 +616,45 @@ func (b *Backend) Embed(dst model.Buf, table model.Mat, n int, scale float32) {
 		}
 		m = t.table
 	}
-	b.op("embed", func() error { return b.d.embed(m, n, b.tok, out.b, scale) })
-}
-
-// RMSNorm implements model.Backend.
-func (b *Backend) RMSNorm(dst, x model.Buf, w model.Mat, n, dim int, eps float32, plusOne bool) {
-	add := float32(0)
-	if plusOne {
-		add = 1
-	}
-	b.op("rmsnorm", func() error {
-		return b.d.rmsnorm(x.(gpuBuf).b, w.(*gpuMat).m.data, dst.(gpuBuf).b, n, dim, eps, add)
-	})
-}
-
-// AddRMSNorm implements model.AddNormer: the residual add and the next
-// RMSNorm in one kernel.
-func (b *Backend) AddRMSNorm(dst, x, y model.Buf, w model.Mat, n, dim int, eps float32, plusOne bool) {
-	add := float32(0)
-	if plusOne {
-		add = 1
-	}
-	b.op("add_rmsnorm", func() error {
-		return b.d.addRMSNorm(x.(gpuBuf).b, y.(gpuBuf).b, w.(*gpuMat).m.data, dst.(gpuBuf).b, n, dim, eps, add)
-	})
-}
-
-// MatMul implements model.Backend: one token through the matrix-vector
-// kernels (tq2: activations quantized to int8 per token first, as the
-// reference and the CPU do), several through the matrix-matrix kernel.
-func (b *Backend) MatMul(dst, x model.Buf, w model.Mat, n int) {
-	m, xb, yb := w.(*gpuMat).m, x.(gpuBuf).b, dst.(gpuBuf).b
-	b.op("matmul "+string(m.Format), func() error {
-		switch {
-		case m.Format.Spec().Int8Activations:
-			// Every token's activations quantized in one launch, then
-			// the product of all tokens (cuBLAS's int8 GEMM from 32 on).
-			q := b.i8[m.Cols]
-			if err := b.d.quantizeI8N(xb, m.Cols, n, q, m.blocks()*32, b.scale); err != nil {
-				return err
-			}
-			return b.d.matmulI8(m, n, q, m.blocks()*32, b.scale, yb)
-		case n == 1 && m.Cols%32 == 0:
-			return b.d.matvec(m, xb, yb)
-		default:
-			return b.d.matmul(m, xb, yb, n)
-		}
-	})
-}
-
-// Rope implements model.Backend.
-func (b *Backend) Rope(x model.Buf, n, heads, headDim int, invFreq model.Mat) {
-	xb, f := x.(gpuBuf).b, invFreq.(*gpuMat).m.data
-	b.op("rope", func() error { return b.d.rope(xb, n, heads, headDim, b.pos, f) })
+	n := b.n
+	b.op("embed", func() error { return b.d.embed(m, n, b.tok, out, scale) })
 }
 
 // Attention implements model.Backend: one token through attn_decode
-// (split over the sequence), a prompt through attn_prefill (flash style)
-// where its head size is built, else the general kernel, which has no
-// sliding window.
-func (b *Backend) Attention(out, q, k, v model.Buf, kc model.KVCache, layer, n int, a model.AttnShape) {
-	b.attend(out, q, k, v, kc, layer, n, a, nil)
-}
-
-// RopeAttention implements model.RopeAttender: at decode the rotation of q
-// and k happens inside attn_decode.
-func (b *Backend) RopeAttention(out, q, k, v model.Buf, kc model.KVCache, layer int, a model.AttnShape, invFreq model.Mat) {
-	b.attend(out, q, k, v, kc, layer, 1, a, invFreq.(*gpuMat))
-}
-
-// attend queues attention, rotating q and k first when rope is set.
-func (b *Backend) attend(out, q, k, v model.Buf, kc model.KVCache, layer, n int, a model.AttnShape, rope *gpuMat) {
-	c := kc.(*gpuCache)
+// (split over the sequence, the rotation inside), a prompt through
+// attn_prefill (flash style) where its head size is built, else the
+// general kernel, which has no sliding window.
+func (b *Backend) Attention(out, q, k, v model.Buf, kc model.Cache, layer int, a model.Attn) {
+	c := b.cache(kc)
+	ob, qb, kb, vb := b.buf(out), b.buf(q), b.buf(k), b.buf(v)
+	var rope *gpuMat
+	if a.Rope.Valid() {
+		rope = b.mat(a.Rope)
+	}
+	if b.err != nil {
+		return
+	}
+	b.settle()
+	n := b.n
+	kvd := a.KVHeads * a.HeadDim
+	if layer < 0 || layer >= c.shape.Layers || kvd != c.shape.KVDim || q.Len() != n*a.Heads*a.HeadDim || k.Len() != n*kvd || v.Len() != n*kvd || out.Len() != q.Len() {
+		b.fail(fmt.Errorf("gpu: attention: layer %d, %d tokens of %d/%d heads of %d do not fit the buffers or cache", layer, n, a.Heads, a.KVHeads, a.HeadDim))
+		return
+	}
 	if n == 1 && b.skip["attn"] {
 		return
 	}
-	if b.first+n > c.positions {
-		b.fail(fmt.Errorf("gpu: attention: position %d beyond the cache's %d", b.first+n, c.positions))
-		return
-	}
-	kvd := a.KVHeads * a.HeadDim
-	ob, qb, kb, vb := out.(gpuBuf).b, q.(gpuBuf).b, k.(gpuBuf).b, v.(gpuBuf).b
+	kc0, vc0 := c.k[layer*c.shape.Slots+b.slot], c.v[layer*c.shape.Slots+b.slot]
+	positions := c.shape.Positions
 	b.op("attention", func() error {
 		if n == 1 {
 			if !c.tried {
 				c.tried = true
-				c.dec, c.decErr = b.d.newAttnDecode(a.Heads, a.KVHeads, a.HeadDim, c.positions, a.Window)
+				c.dec, c.decErr = b.d.newAttnDecode(a.Heads, a.KVHeads, a.HeadDim, positions, a.Window)
 			}
-			if c.dec != nil && rope != nil && c.rope.ptr == 0 && rope.w != nil && len(rope.w.F32) == a.HeadDim/2 {
+			if c.dec != nil && rope != nil && c.rope.ptr == 0 && len(rope.w.F32) == a.HeadDim/2 {
 				var err error
-				c.rope, err = b.d.uploadNew(bytesOf(ropeTable(rope.w.F32, c.positions)), 0, MemKV)
+				c.rope, err = b.d.uploadNew(bytesOf(ropeTable(rope.w.F32, positions)), 0, MemKV)
 				if err != nil {
 					return err
 				}
@@ -510,22 +664,22 @@ func (b *Backend) attend(out, q, k, v model.Buf, kc model.KVCache, layer, n int,
 				if rope != nil {
 					cs = c.rope
 				}
-				return c.dec.launch(b.d, qb, kb, vb, c.k[layer], c.v[layer], ob, a.Heads, a.KVHeads, b.pos, a.Scale, cs, a.Window)
+				return c.dec.launch(b.d, qb, kb, vb, kc0, vc0, ob, a.Heads, a.KVHeads, b.pos, a.Scale, cs, a.Window)
 			}
 		}
 		if rope != nil {
-			if err := b.d.rope(qb, 1, a.Heads, a.HeadDim, b.pos, rope.m.data); err != nil {
+			if err := b.d.rope(qb, n, a.Heads, a.HeadDim, b.pos, rope.m.data); err != nil {
 				return err
 			}
-			if err := b.d.rope(kb, 1, a.KVHeads, a.HeadDim, b.pos, rope.m.data); err != nil {
+			if err := b.d.rope(kb, n, a.KVHeads, a.HeadDim, b.pos, rope.m.data); err != nil {
 				return err
 			}
 		}
 		if n > 1 && hasAttnPrefill(a.HeadDim) {
-			if err := b.d.kvStore(kb, vb, c.k[layer], c.v[layer], n, kvd, b.pos); err != nil {
+			if err := b.d.kvStore(kb, vb, kc0, vc0, n, kvd, b.pos); err != nil {
 				return err
 			}
-			return b.d.attnPrefill(qb, c.k[layer], c.v[layer], ob, n, a.Heads, a.KVHeads, a.HeadDim, c.positions, b.pos, a.Scale, a.Window)
+			return b.d.attnPrefill(qb, kc0, vc0, ob, n, a.Heads, a.KVHeads, a.HeadDim, positions, b.pos, a.Scale, a.Window)
 		}
 		if a.Window > 0 && b.first+n > a.Window {
 			err := fmt.Errorf("gpu: attention: sliding window of %d positions with head size %d is not supported on the GPU (position %d)", a.Window, a.HeadDim, b.first+n)
@@ -535,113 +689,59 @@ func (b *Backend) attend(out, q, k, v model.Buf, kc model.KVCache, layer, n int,
 			return err
 		}
 		if n == 1 { // the kernel stores k and v itself
-			return b.d.attention(qb, c.k[layer], c.v[layer], ob, 1, a.Heads, a.KVHeads, a.HeadDim, c.positions, b.pos, a.Scale, kb, vb)
+			return b.d.attention(qb, kc0, vc0, ob, 1, a.Heads, a.KVHeads, a.HeadDim, positions, b.pos, a.Scale, kb, vb)
 		}
-		if err := b.d.kvStore(kb, vb, c.k[layer], c.v[layer], n, kvd, b.pos); err != nil {
+		if err := b.d.kvStore(kb, vb, kc0, vc0, n, kvd, b.pos); err != nil {
 			return err
 		}
-		return b.d.attention(qb, c.k[layer], c.v[layer], ob, n, a.Heads, a.KVHeads, a.HeadDim, c.positions, b.pos, a.Scale, Buffer{}, Buffer{})
+		return b.d.attention(qb, kc0, vc0, ob, n, a.Heads, a.KVHeads, a.HeadDim, positions, b.pos, a.Scale, Buffer{}, Buffer{})
 	})
 }
 
-// GLU implements model.Backend.
-func (b *Backend) GLU(dst, gate, up model.Buf, n int, act string) {
-	g, err := gluOf(act)
-	if err != nil {
-		b.fail(err)
-		return
-	}
-	b.op("glu", func() error { return b.d.glu(gate.(gpuBuf).b, up.(gpuBuf).b, dst.(gpuBuf).b, n, g) })
-}
-
-// FusedMatMul implements model.MatMulFuser with the shared-memory matvec
-// kernels: they gate and normalize x as they stage it and add their
-// output to dst; tq2 takes x as int8 there (its gate and norm first, both
-// at once). Weights the kernels do not take (the plain kernel's formats,
-// shapes not in whole chunks) report false.
-func (b *Backend) FusedMatMul(dst, x model.Buf, w model.Mat, f model.Fusion) bool {
-	m := w.(*gpuMat).m
-	o := matvecOpts{act: -1, accum: f.Add, int8: m.Format.Spec().Int8Activations}
-	if f.Act != "" {
-		g, err := gluOf(f.Act)
-		if err != nil {
-			return false
-		}
-		o.act, o.x2 = int(g), f.Up.(gpuBuf).b
-	}
-	if f.OutAct != "" {
-		g, err := gluOf(f.OutAct)
-		if err != nil {
-			return false
-		}
-		o.gated, o.outAct = true, g
-	}
-	if f.Norm != nil {
-		n := f.Norm.(*gpuMat).m
-		if n.Format != quantize.F32 || n.Cols != f.Dim || f.Dim != m.Cols {
-			return false
-		}
-		o.norm, o.eps = n.data, f.Eps
-		if f.PlusOne {
-			o.wAdd = 1
-		}
-	}
-	if b.err != nil {
-		return false
-	}
-	if len(b.skip) > 0 && b.skip[b.productRole(m, f)] {
-		return true
-	}
-	// The device thread is idle between hand-offs, so its settings can be
-	// read here.
-	if !b.d.canFuse(m, o) {
-		return false
-	}
-	b.op("matmul "+string(m.Format)+" fused", func() error {
-		return b.d.matvecWith(m, x.(gpuBuf).b, dst.(gpuBuf).b, o)
-	})
-	return true
-}
-
-// gluOf maps the model's activation name to the kernels' code.
-func gluOf(act string) (GLU, error) {
+// gluOf maps the model's activation to the kernels' code.
+func gluOf(act model.Act) (GLU, error) {
 	switch act {
-	case "silu":
+	case model.SiLU:
 		return SwiGLU, nil
-	case "gelu_tanh":
+	case model.GELUTanh:
 		return GeGLU, nil
-	case "relu2":
+	case model.ReLU2:
 		return ReLU2GLU, nil
 	}
-	return 0, fmt.Errorf("gpu: activation %q is not supported", act)
+	return 0, fmt.Errorf("gpu: activation %d is not supported", act)
 }
 
-// Add implements model.Backend.
-func (b *Backend) Add(dst, x model.Buf, n int) {
-	b.op("add", func() error { return b.d.add(dst.(gpuBuf).b, x.(gpuBuf).b, n) })
+// settle queues the pending residual add, if any.
+func (b *Backend) settle() {
+	p := b.pending
+	if p == nil {
+		return
+	}
+	b.pending = nil
+	dst := b.buf(p.dst)
+	n := p.dst.Len()
+	b.op("add", func() error { return b.d.add(dst, p.src, n) })
 }
 
 // Read implements model.Backend.
-func (b *Backend) Read(dst []float32, src model.Buf, off int) error {
+func (b *Backend) Read(dst []float32, src model.Buf) error {
+	s := b.buf(src)
 	if b.err != nil {
 		return b.err
 	}
-	s := src.(gpuBuf)
-	if off < 0 || off+len(dst) > s.n {
-		return fmt.Errorf("gpu: read of %d values at %d from a buffer of %d", len(dst), off, s.n)
+	if len(dst) > src.Len() {
+		return fmt.Errorf("gpu: read of %d values from a buffer of %d", len(dst), src.Len())
 	}
-	return b.run(func() error { return b.d.dtoh(bytesOf(dst), s.b, int64(4*off)) })
+	b.settle()
+	return b.run(func() error { return b.d.dtoh(bytesOf(dst), s, 0) })
 }
 
-// Argmax returns the index of the largest of the first n values of src,
+// argmax returns the index of the largest of the first n values of src,
 // computed on the device: only the index comes back.
-func (b *Backend) Argmax(src model.Buf, n int) (int, error) {
-	if b.err != nil {
-		return 0, b.err
-	}
+func (b *Backend) argmax(src Buffer, n int) (int, error) {
 	var idx [1]int32
 	err := b.run(func() error {
-		if err := b.d.argmax(src.(gpuBuf).b, n, b.idx); err != nil {
+		if err := b.d.argmax(src, n, b.idx); err != nil {
 			return err
 		}
 		return b.d.dtoh(bytesOf(idx[:]), b.idx, 0)
@@ -652,35 +752,27 @@ func (b *Backend) Argmax(src model.Buf, n int) (int, error) {
 	return int(idx[0]), nil
 }
 
-// Err implements model.Backend: the queued operations run first.
-func (b *Backend) Err() error {
-	return b.run(nil)
-}
-
-// ReplayStep implements model.StepReplayer: the first call for key runs
-// enqueue directly, the second captures what it queues as a CUDA graph
-// and launches it, later calls only launch the graph. enqueue must queue
-// the same operations on the same buffers each time (the token and
-// position come from SetStep's device memory).
-func (b *Backend) ReplayStep(key any, enqueue func() error) error {
-	if b.err != nil {
-		return b.err
-	}
+// replay runs a decode step's pass: the first time for key directly, the
+// second captured as a CUDA graph and launched, later only launched. The
+// pass must queue the same operations on the same buffers each time (the
+// token and position come from setStep's device memory), as model.Step's
+// Key promises.
+func (b *Backend) replay(key any, pass func() error) error {
 	s := b.steps[key]
 	if s == nil {
 		s = &stepGraph{}
 		b.steps[key] = s
 	}
 	s.runs++
-	s.enqueue = enqueue
+	s.pass = pass
 	if s.g != nil {
 		b.op("graph", func() error { return b.d.launchGraph(s.g) })
 		return nil
 	}
-	if s.runs == 1 || b.noGraphs {
-		return enqueue()
+	if s.runs == 1 {
+		return pass()
 	}
-	g, err := b.captureStep(nil, enqueue, nil)
+	g, err := b.captureStep(nil, pass, nil)
 	if err != nil {
 		return err
 	}
@@ -689,12 +781,12 @@ func (b *Backend) ReplayStep(key any, enqueue func() error) error {
 	return nil
 }
 
-// captureStep records what enqueue queues, then what tail queues (on the
+// captureStep records what pass queues, then what tail queues (on the
 // device thread; nil: nothing), as a graph. The operations queued before
 // (the step's ids) run before the capture begins, then pre (on the device
 // thread; nil: nothing); the step's own operations run inside it, as the
 // capture ends.
-func (b *Backend) captureStep(pre, enqueue, tail func() error) (*Graph, error) {
+func (b *Backend) captureStep(pre, pass, tail func() error) (*Graph, error) {
 	if err := b.run(func() error {
 		if pre != nil {
 			if err := pre(); err != nil {
@@ -705,7 +797,7 @@ func (b *Backend) captureStep(pre, enqueue, tail func() error) (*Graph, error) {
 	}); err != nil {
 		return nil, err
 	}
-	ferr := enqueue()
+	ferr := pass()
 	q := b.queue
 	b.queue = nil
 	var g *Graph
@@ -724,120 +816,4 @@ func (b *Backend) captureStep(pre, enqueue, tail func() error) (*Graph, error) {
 		return nil, err
 	}
 	return g, nil
-}
-
-// Fuse implements model.Fuser: matrices of one format, width and group
-// size are copied into one matrix of all their rows, and each part
-// becomes a view into it, so no weight is held twice. tq2 parts, whose
-// scale is per tensor, keep it as a float per row of the joined matrix.
-// Parts whose rows or scales would not start on a 16-byte boundary are
-// not fused.
-func (b *Backend) Fuse(parts ...model.Mat) (model.Mat, bool) {
-	if len(parts) < 2 {
-		return nil, false
-	}
-	if b.flush(); b.err != nil {
-		return nil, false
-	}
-	ps := make([]*gpuMat, len(parts))
-	for i, p := range parts {
-		g, ok := p.(*gpuMat)
-		if !ok || g.view || g.table != nil {
-			return nil, false
-		}
-		ps[i] = g
-	}
-	f := ps[0].m
-	rows := 0
-	for _, p := range ps {
-		m := p.m
-		if m.Format != f.Format || m.Cols != f.Cols || m.GroupSize != f.GroupSize || m.rowBytes != f.rowBytes ||
-			(m.scales.ptr == 0) != (f.scales.ptr == 0) || (m.mins.ptr == 0) != (f.mins.ptr == 0) {
-			return nil, false
-		}
-		if (rows*f.rowBytes)%16 != 0 || (rows*f.groups()*2)%16 != 0 {
-			return nil, false
-		}
-		rows += m.Rows
-	}
-	ng := f.groups()
-	fused := &Matrix{Format: f.Format, Rows: rows, Cols: f.Cols, GroupSize: f.GroupSize, rowBytes: f.rowBytes, scale: f.scale}
-	err := b.d.do(func() error {
-		var err error
-		if fused.data, err = b.d.pool.alloc(b.d, int64(rows*f.rowBytes), MemWeights); err != nil {
-			return err
-		}
-		if f.scales.ptr != 0 {
-			if fused.scales, err = b.d.pool.alloc(b.d, int64(rows*ng*2), MemWeights); err != nil {
-				b.d.freeMatrix(fused)
-				return err
-			}
-		}
-		if f.mins.ptr != 0 {
-			if fused.mins, err = b.d.pool.alloc(b.d, int64(rows*ng*2), MemWeights); err != nil {
-				b.d.freeMatrix(fused)
-				return err
-			}
-		}
-		if f.Format.Spec().TensorScale {
-			rs := make([]float32, 0, rows)
-			for _, p := range ps {
-				for range p.m.Rows {
-					rs = append(rs, p.m.scale)
-				}
-			}
-			if fused.rowScale, err = b.d.uploadNew(bytesOf(rs), 0, MemWeights); err != nil {
-				b.d.freeMatrix(fused)
-				return err
-			}
-			fused.scaleSz += int64(4 * rows)
-		}
-		r0 := 0
-		for _, p := range ps {
-			m := p.m
-			for _, c := range []struct {
-				dst, src Buffer
-				per      int
-			}{{fused.data, m.data, f.rowBytes}, {fused.scales, m.scales, ng * 2}, {fused.mins, m.mins, ng * 2}} {
-				if c.src.ptr == 0 {
-					continue
-				}
-				n := int64(m.Rows * c.per)
-				if err := b.d.copyDtoD(c.dst.slice(int64(r0*c.per), n), c.src, n); err != nil {
-					b.d.freeMatrix(fused)
-					return err
-				}
-			}
-			r0 += m.Rows
-		}
-		if err := b.d.sync(); err != nil {
-			b.d.freeMatrix(fused)
-			return err
-		}
-		// The parts become views; their own memory goes back to the pool.
-		r0 = 0
-		for _, p := range ps {
-			m := p.m
-			v := &Matrix{Format: m.Format, Rows: m.Rows, Cols: m.Cols, GroupSize: m.GroupSize, rowBytes: m.rowBytes,
-				scale: m.scale, packed: m.packed, scaleSz: m.scaleSz,
-				data: fused.data.slice(int64(r0*f.rowBytes), int64(m.Rows*f.rowBytes))}
-			if fused.scales.ptr != 0 {
-				v.scales = fused.scales.slice(int64(r0*ng*2), int64(m.Rows*ng*2))
-			}
-			if fused.mins.ptr != 0 {
-				v.mins = fused.mins.slice(int64(r0*ng*2), int64(m.Rows*ng*2))
-			}
-			b.d.freeMatrix(m)
-			p.m, p.view = v, true
-			fused.packed += m.packed
-			fused.scaleSz += m.scaleSz
-			r0 += m.Rows
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, false // the parts are unchanged and used on their own
-	}
-	b.fused = append(b.fused, fused)
-	return &gpuMat{m: fused, view: true}, true
 }

@@ -178,15 +178,27 @@ func TestBackendGraphEqualsDirect(t *testing.T) {
 		}
 		tok = []int{argmaxOf(a)}
 	}
-	if s := gb.steps[graph]; s == nil || s.g == nil || s.runs < 19 {
+	if s := onlyStep(t, gb); s.g == nil || s.runs < 19 {
 		t.Fatalf("decode steps were not replayed from a graph: %+v", s)
 	}
-	if want := 2 * m.Config.NumLayers; len(gb.fused) != want {
-		t.Fatalf("%d fused weights (q/k/v and gate/up), want %d", len(gb.fused), want)
+	if want := 2 * m.Config.NumLayers; len(gb.joined) != want {
+		t.Fatalf("%d joined weights (q/k/v and gate/up), want %d", len(gb.joined), want)
 	}
-	if s := db.steps[direct]; s == nil || s.g != nil {
-		t.Fatalf("direct session recorded a graph: %+v", s)
+	if len(db.steps) != 0 {
+		t.Fatalf("direct session recorded %d steps", len(db.steps))
 	}
+}
+
+// onlyStep is the one decode step b recorded.
+func onlyStep(t *testing.T, b *Backend) *stepGraph {
+	t.Helper()
+	if len(b.steps) != 1 {
+		t.Fatalf("%d decode steps recorded, want 1", len(b.steps))
+	}
+	for _, s := range b.steps {
+		return s
+	}
+	return nil
 }
 
 // TestChainGreedy decodes greedily with each step chained on the device
@@ -332,9 +344,9 @@ func TestFuseTQ2(t *testing.T) {
 	defer b.Close()
 	r := rand.New(rand.NewPCG(41, 42))
 	const cols = 512
-	var parts []model.Mat
+	var parts []*model.Weight
 	var qs []*quantize.Tensor
-	for i, p := range []struct {
+	for _, p := range []struct {
 		rows  int
 		scale float32
 	}{{64, 1}, {32, 20}, {32, 0.05}} {
@@ -346,14 +358,14 @@ func TestFuseTQ2(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := b.Upload(&model.Weight{Rows: p.rows, Cols: cols, Q: q})
-		if err != nil {
-			t.Fatalf("part %d: %v", i, err)
-		}
-		parts, qs = append(parts, m), append(qs, q)
+		parts, qs = append(parts, &model.Weight{Rows: p.rows, Cols: cols, Q: q}), append(qs, q)
 	}
-	joined, ok := b.Fuse(parts...)
-	if !ok {
+	mats, err := b.Upload(parts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jm := b.mats[mats[0].ID()-1].join
+	if jm == nil {
 		t.Fatal("tq2 parts were not joined")
 	}
 	x := gaussian(r, cols)
@@ -366,12 +378,11 @@ func TestFuseTQ2(t *testing.T) {
 		}
 	}
 	xb := up(t, d, x, 0)
-	jm := joined.(*gpuMat).m
 	for _, path := range []string{"matmul", "decode"} {
 		yb := up(t, d, make([]float32, len(ref)), 0)
 		if path == "matmul" {
-			b.MatMul(gpuBuf{yb, len(ref)}, gpuBuf{xb, cols}, joined, 1)
-			if err := b.Err(); err != nil {
+			b.product(jm, xb, yb, 1)
+			if err := b.run(nil); err != nil {
 				t.Fatal(err)
 			}
 		} else {
@@ -413,10 +424,10 @@ func TestBackendFlatKernels(t *testing.T) {
 		}
 		tok = []int{argmaxOf(b)}
 	}
-	if len(fb.fused) == 0 {
-		t.Fatal("no fused q/k/v or gate/up weights")
+	if len(fb.joined) == 0 {
+		t.Fatal("no joined q/k/v or gate/up weights")
 	}
-	for _, w := range fb.fused {
+	for _, w := range fb.joined {
 		var k int
 		d.do(func() error { k = d.kernelFor(w, matvecOpts{act: -1, int8: true}); return nil })
 		if k != matvecFlat {

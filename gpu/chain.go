@@ -2,11 +2,9 @@ package gpu
 
 import (
 	"unsafe"
-
-	"lowbit/model"
 )
 
-// Greedy decode steps chained on the device (model.GreedyChainer).
+// Greedy decode steps chained on the device.
 //
 // Unchained, between two greedy tokens the host waits for the step, copies
 // the id back and copies it in again as the next step's token, and the GPU
@@ -19,13 +17,13 @@ import (
 // the id into pinned host memory directly, so between two steps the stream
 // holds only the event: an argmax launched after the graph and a copy of
 // the id would put a launch and a copy on every token's path. The next
-// call finds its step queued (Chained)
+// call finds its step queued (chained)
 // when it continues with that id; any other call discards it: it only
 // wrote the cache one position past the sequence, which the next real
 // step there overwrites, and the logits, which a greedy caller does not
 // read.
 
-// chainedStep is the step ChainGreedy queued: key's, on token tok at pos;
+// chainedStep is the step chainGreedy queued: key's, on token tok at pos;
 // argmaxed when it ran as the graph that ends with its argmax
 // (stepGraph.chain).
 type chainedStep struct {
@@ -34,21 +32,20 @@ type chainedStep struct {
 	argmaxed bool
 }
 
-// ChainGreedy implements model.GreedyChainer: the argmax of src[0..n),
-// the logits of key's decode step just queued; when key's step is a
-// captured graph, the same step is queued once more on that id at the
-// next position before the id comes back.
-func (b *Backend) ChainGreedy(key any, src model.Buf, n int) (int, error) {
+// chainGreedy is the argmax of src[0..n), the logits of key's decode
+// step just queued; when key's step is a captured graph, the same step is
+// queued once more on that id at the next position before the id comes
+// back.
+func (b *Backend) chainGreedy(key any, sb Buffer, n int) (int, error) {
 	s := b.steps[key]
 	run := b.running
 	b.running = nil
 	if s == nil || s.g == nil || b.n != 1 || b.noChain {
-		return b.Argmax(src, n)
+		return b.argmax(sb, n)
 	}
 	if b.err != nil {
 		return 0, b.err
 	}
-	sb := src.(gpuBuf).b
 	if s.chain == nil && !s.chainTried {
 		if err := b.captureChain(s, sb, n); err != nil {
 			return 0, err
@@ -92,14 +89,14 @@ func (b *Backend) ChainGreedy(key any, src model.Buf, n int) (int, error) {
 }
 
 // captureChain records key's step followed by the argmax of its logits at
-// src (as ChainGreedy queues it) into s.chain, once: the step's enqueue
+// src (as chainGreedy queues it) into s.chain, once: the step's enqueue
 // runs again inside the capture.
 func (b *Backend) captureChain(s *stepGraph, src Buffer, n int) error {
 	s.chainTried = true
-	if s.enqueue == nil || b.noGraphs {
+	if s.pass == nil || b.noGraphs {
 		return nil
 	}
-	b.normed, b.gatedLast = 0, false
+	b.normed = 0
 	// (the argmax's scratch and the id's memory exist before the capture)
 	pre := func() error {
 		if err := b.d.hostID(); err != nil {
@@ -108,7 +105,7 @@ func (b *Backend) captureChain(s *stepGraph, src Buffer, n int) error {
 		return b.d.argmaxScratch()
 	}
 	tail := func() error { return b.d.argmaxChain(src, n, b.idx, b.tok, b.pos, b.d.idDev) }
-	g, err := b.captureStep(pre, s.enqueue, tail)
+	g, err := b.captureStep(pre, s.pass, tail)
 	if err != nil {
 		return err
 	}
@@ -116,11 +113,10 @@ func (b *Backend) captureChain(s *stepGraph, src Buffer, n int) error {
 	return nil
 }
 
-// Chained implements model.GreedyChainer: whether key's step on tokens at
-// pos is the one ChainGreedy queued (then it is running already, and its
-// logits come with the next ChainGreedy or Argmax). Any answer ends the
-// chain.
-func (b *Backend) Chained(key any, tokens []int, pos int) bool {
+// chained says whether key's step on tokens at pos is the one chainGreedy
+// queued (then it is running already, and its logits come with the next
+// chainGreedy or argmax). Any answer ends the chain.
+func (b *Backend) chained(key any, tokens []int, pos int) bool {
 	c := b.chain
 	b.chain, b.running = nil, nil
 	ok := c != nil && c.key == key && len(tokens) == 1 && tokens[0] == c.tok && pos == c.pos && b.err == nil

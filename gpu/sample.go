@@ -27,9 +27,9 @@ func (d *Device) topK(x Buffer, n, k int, temp float32, out Buffer) error {
 		argBuf(out), uint64(out.ptr)+uint64(4*k), uint64(out.ptr)+uint64(8*k), uint64(out.ptr)+uint64(8*k+8))
 }
 
-// TopK implements model.TopKer: the k most likely tokens and the softmax
+// topKOf is the k most likely tokens of src[0..n) and the softmax
 // denominator, found on the device; one copy of 8k+16 bytes comes back.
-func (b *Backend) TopK(src model.Buf, n, k int, temp float32) (*model.Candidates, error) {
+func (b *Backend) topKOf(src Buffer, n, k int, temp float32) (*model.Candidates, error) {
 	if b.err != nil {
 		return nil, b.err
 	}
@@ -46,7 +46,7 @@ func (b *Backend) TopK(src model.Buf, n, k int, temp float32) (*model.Candidates
 				return err
 			}
 		}
-		if err := b.d.topK(src.(gpuBuf).b, n, k, temp, b.topk); err != nil {
+		if err := b.d.topK(src, n, k, temp, b.topk); err != nil {
 			return err
 		}
 		return b.d.dtoh(raw, b.topk, 0)

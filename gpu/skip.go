@@ -1,30 +1,22 @@
 package gpu
 
-import (
-	"lowbit/model"
-)
-
-// productRole names a fused decode product of m by its fusion, its size
-// (the head has the vocabulary's rows, 32,000 or more in the shapes
-// profiled) and its place among the step's normed products (q/k/v and
-// gate/up alternate).
-func (b *Backend) productRole(m *Matrix, f model.Fusion) string {
-	afterGated := b.gatedLast
-	b.gatedLast = f.OutAct != ""
+// productRole names a fused decode product for LOWBIT_SKIP by its shape
+// and fusion: the gated gate/up product, the residual adds (the down
+// projection reads a row longer than it writes, o does not), the head (the
+// vocabulary's rows, 32,000 or more in the shapes profiled), and the
+// normed q/k/v.
+func (b *Backend) productRole(m *Matrix, o matvecOpts, normed bool) string {
 	switch {
-	case f.OutAct != "":
-		b.normed++
+	case o.gated:
 		return "gateup"
-	case f.Act != "" || f.Add && afterGated:
+	case o.accum && m.Cols > m.Rows:
 		return "down"
-	case f.Add:
+	case o.accum:
 		return "o"
 	case m.Rows >= 32000:
 		return "head"
-	}
-	b.normed++
-	if b.normed%2 == 1 {
+	case normed:
 		return "qkv"
 	}
-	return "gateup"
+	return ""
 }

@@ -1,139 +1,260 @@
 package model
 
-// Backend is the small set of operations the forward pass (forward.go) is
-// written against, once, for every architecture. The CPU backend (cpu.go)
-// implements it with goroutine-parallel kernels; a CUDA backend implements
-// the same methods with device-resident data. The contract is shaped so:
+import (
+	"context"
+	"fmt"
+)
+
+// Backend is what the forward pass (forward.go) is written against, once,
+// for every architecture: the model says what to compute, the backend
+// decides how. The CPU backend (cpu.go) computes each operation plainly,
+// as written; the CUDA backend (package gpu) folds norms, gates, residual
+// adds and rotations into its kernels, joins products that read the same
+// input, and records a decode step once as a CUDA graph to replay it.
+// None of that shows here: there are no optional interfaces, and every
+// operation the model asks for runs on the CPU in every test.
 //
-//   - Buffers and weights are opaque handles the backend allocates (Alloc,
-//     Upload, NewCache). The forward pass never touches their memory; only
-//     Read copies a result (logits, hidden states) back to the host. No
-//     operation implies a host copy.
-//   - Operations are enqueued in order and do not return errors: a backend
-//     that runs asynchronously (a CUDA stream) records the first failure and
-//     reports it from Read or Err, as CUDA's sticky errors do. The CPU backend
-//     runs each operation to completion before returning.
-//   - The step's variable inputs (token ids and the position of the first
-//     token) are set once per step by SetStep; Embed, Rope and Attention read
-//     them from backend state rather than from their arguments. A GPU backend
-//     keeps them in device memory, so a decode step (n = 1, same buffers,
-//     same arguments every time) can be captured once as a CUDA graph and
-//     replayed with only SetStep's small upload in between.
-//   - Shapes (n tokens, dims, heads) are plain arguments; they are fixed
-//     for decode, and prefill runs in chunks of at most the session's batch.
-//
-// Activations are row-major [n, dim] float32. A weight is [rows, cols]
-// (rows = output features); MatMul computes dst = x · Wᵀ, reading each
-// weight row once for all n tokens.
+//   - Weights, buffers and caches are typed handles (Mat, Buf, Cache) the
+//     backend hands out; the model never touches their memory. Read copies
+//     a buffer back; nothing else implies a host copy.
+//   - Operations are queued in order and return no error: a backend that
+//     runs asynchronously records the first failure and returns it from
+//     Step or Read, as CUDA's sticky errors do.
+//   - Shapes follow from the handles: a Linear reads x.Len()/Cols rows.
+//   - Step runs one forward step over a batch of sequences, each with its
+//     tokens, the position of the first and its cache slot; the operations
+//     of the pass read tokens and positions from the step, not from their
+//     arguments, so a decode step queues the same operations every token
+//     and can be replayed.
 type Backend interface {
 	// Name identifies the backend in messages ("cpu", "cuda").
 	Name() string
-	// Upload makes a weight resident on the backend. It is called once per
-	// weight and session; a backend may cache by *Weight.
-	Upload(w *Weight) (Mat, error)
+	// Upload makes weights resident, once per weight and session. Weights
+	// uploaded together are read by the same input (q/k/v, gate/up): the
+	// backend may store them as one matrix and run a Linear over them as
+	// one product.
+	Upload(group ...*Weight) ([]Mat, error)
 	// Alloc returns a zeroed buffer of n float32 values.
 	Alloc(n int) (Buf, error)
-	// View is the part [off, off+n) of a buffer, sharing its memory.
-	View(b Buf, off, n int) Buf
-	// NewCache allocates a key/value cache for layers layers, positions
-	// positions and kvDim values per position (keys and values each).
-	NewCache(layers, positions, kvDim int) (KVCache, error)
+	// NewCache allocates a key/value cache.
+	NewCache(shape CacheShape) (Cache, error)
 
-	// SetStep sets the token ids of the next step and the position of the
-	// first of them.
-	SetStep(tokens []int, pos int) error
-	// Embed writes the step's token rows of table, times scale, into dst [n, cols].
-	Embed(dst Buf, table Mat, n int, scale float32)
-	// RMSNorm normalizes each of the n rows of x (length dim) into dst:
-	// x / sqrt(mean(x²) + eps) * w, or * (1 + w) when plusOne (Gemma).
-	RMSNorm(dst, x Buf, w Mat, n, dim int, eps float32, plusOne bool)
-	// MatMul computes dst[n, rows] = x[n, cols] · Wᵀ.
-	MatMul(dst, x Buf, w Mat, n int)
-	// Rope rotates x [n, heads*headDim] in place at the step's positions
-	// (HF rotate-half layout: pairs (i, i+headDim/2)), with the inverse
-	// frequencies invFreq [headDim/2] uploaded once as a weight.
-	Rope(x Buf, n, heads, headDim int, invFreq Mat)
-	// Attention stores the step's keys and values k, v [n, kvHeads*headDim]
-	// in layer's cache at the step's positions, then writes into out
-	// [n, heads*headDim] each query's causal attention over the cache
-	// (grouped-query: query head h reads kv head h/(heads/kvHeads); only the
-	// last Window positions when Window > 0).
-	Attention(out, q, k, v Buf, c KVCache, layer, n int, a AttnShape)
-	// GLU computes dst = act(gate) * up elementwise over n values.
-	GLU(dst, gate, up Buf, n int, act string)
-	// Add computes dst += x over n values.
-	Add(dst, x Buf, n int)
+	// Step sets the step's tokens and positions, calls pass to queue the
+	// forward pass (a backend may instead replay what an earlier step of
+	// the same key queued), and returns what st.Want asks of the logits.
+	Step(ctx context.Context, st *Step, pass func() error) (*StepResult, error)
 
-	// Read waits for the enqueued work and copies len(dst) values of src,
-	// from off, to the host.
-	Read(dst []float32, src Buf, off int) error
-	// Err reports the first failure of an enqueued operation, if any.
-	Err() error
+	// Embed writes the step's token rows of table, times scale, into dst.
+	Embed(dst Buf, table Mat, scale float32)
+	// Linear runs products that read the same input: x, RMS-normalized
+	// when norm.W is set, times each output's weight, stored in or added
+	// to its Dst.
+	Linear(x Buf, norm Norm, outs ...Output)
+	// Attention rotates q and k (when a.Rope is set) at the step's
+	// positions, stores k and v in layer's cache at those positions and
+	// slots, and writes into out each query's causal attention over its
+	// sequence (grouped-query: query head h reads kv head h/(Heads/KVHeads);
+	// only the last Window positions when Window > 0).
+	Attention(out, q, k, v Buf, c Cache, layer int, a Attn)
+
+	// Read waits for the queued work and copies len(dst) values of src to
+	// the host.
+	Read(dst []float32, src Buf) error
 }
 
-// Buf is an activation buffer owned by a backend (host memory on the CPU,
-// a device pointer on a GPU).
-type Buf interface {
-	// Len is the number of float32 values.
-	Len() int
+// Buf is an activation buffer on a backend: a range of float32 values, of
+// a buffer Alloc made, that the model slices into views.
+type Buf struct {
+	id, off, n int
 }
 
-// Mat is a weight resident on a backend.
-type Mat any
+// MakeBuf is the handle a backend returns for its buffer id of n values.
+func MakeBuf(id, n int) Buf { return Buf{id: id, n: n} }
 
-// KVCache is a session's key/value cache on a backend.
-type KVCache any
+// ID is the backend's index of the whole buffer.
+func (b Buf) ID() int { return b.id }
 
-// AttnShape is the geometry of attention.
-type AttnShape struct {
+// Off is the view's first value within the whole buffer.
+func (b Buf) Off() int { return b.off }
+
+// Len is the number of float32 values.
+func (b Buf) Len() int { return b.n }
+
+// Slice is the view [off, off+n) of b, sharing its memory. A range outside
+// b is a bug in the caller, and panics as slicing a Go slice does.
+func (b Buf) Slice(off, n int) Buf {
+	if off < 0 || n < 0 || off+n > b.n {
+		panic(fmt.Sprintf("model: view [%d, %d) of a buffer of %d", off, off+n, b.n))
+	}
+	return Buf{id: b.id, off: b.off + off, n: n}
+}
+
+// Mat is a weight on a backend, [Rows, Cols]. The zero Mat is no weight
+// (an absent norm, bias or rotation).
+type Mat struct {
+	id, rows, cols int
+}
+
+// MakeMat is the handle a backend returns for its weight id (1 or more).
+func MakeMat(id, rows, cols int) Mat { return Mat{id: id, rows: rows, cols: cols} }
+
+// ID is the backend's index of the weight (0: none).
+func (m Mat) ID() int { return m.id }
+
+// Rows is the number of output features.
+func (m Mat) Rows() int { return m.rows }
+
+// Cols is the number of input features.
+func (m Mat) Cols() int { return m.cols }
+
+// Valid says whether m is a weight.
+func (m Mat) Valid() bool { return m.id != 0 }
+
+// Cache is a key/value cache on a backend.
+type Cache struct{ id int }
+
+// MakeCache is the handle a backend returns for its cache id.
+func MakeCache(id int) Cache { return Cache{id: id} }
+
+// ID is the backend's index of the cache.
+func (c Cache) ID() int { return c.id }
+
+// CacheShape is the geometry of a key/value cache: for each of Slots
+// sequences and Layers layers, Positions keys and values of KVDim values.
+type CacheShape struct {
+	Layers, Slots, Positions, KVDim int
+}
+
+// Act is the activation of a gated MLP.
+type Act int
+
+// The gated MLP activations: act(gate) * up.
+const (
+	SiLU     Act = iota + 1 // SwiGLU (Llama, Mistral)
+	GELUTanh                // GeGLU with tanh-approximated GELU (Gemma)
+	ReLU2                   // squared ReLU (BitNet)
+)
+
+// ActOf maps config.json's activation name to its Act.
+func ActOf(name string) (Act, error) {
+	switch name {
+	case "silu":
+		return SiLU, nil
+	case "gelu_tanh":
+		return GELUTanh, nil
+	case "relu2":
+		return ReLU2, nil
+	}
+	return 0, fmt.Errorf("model: activation %q is not supported", name)
+}
+
+// Norm is an RMSNorm: x / sqrt(mean(x²) + Eps) * W.
+type Norm struct {
+	W   Mat
+	Eps float32
+}
+
+// Output is one product of a Linear.
+type Output struct {
+	// Dst receives x·Wᵀ (x normed), [rows, W.Rows()].
+	Dst Buf
+	W   Mat
+	// Up, when set, makes the output gated: Dst = act(x·Wᵀ) * (x·Upᵀ)
+	// with Act (the MLP's gate and up products and their activation).
+	Up  Mat
+	Act Act
+	// Add adds the product to Dst (the residual add) instead of storing it.
+	Add bool
+}
+
+// Attn is the geometry of attention.
+type Attn struct {
 	Heads, KVHeads, HeadDim int
-	// Window limits attention to the last Window positions (0: all).
-	Window int
 	// Scale multiplies q·k (1/sqrt(HeadDim)).
 	Scale float32
+	// Window limits attention to the last Window positions (0: all).
+	Window int
+	// Rope, when set, holds the rotary inverse frequencies [1, HeadDim/2]
+	// (HF rotate-half layout: pairs (i, i+HeadDim/2)).
+	Rope Mat
 }
 
-// StepReplayer is implemented by backends that can record a decode step
-// once and replay it (a CUDA graph). The session calls ReplayStep for
-// one-token steps, after SetStep, with a key that stays the same while the
-// step's buffers and arguments do; enqueue queues the step's operations.
-// The backend runs enqueue directly, or records what it queues, or replays
-// an earlier recording instead of calling it.
-type StepReplayer interface {
-	ReplayStep(key any, enqueue func() error) error
+// Seq is one sequence's part of a step.
+type Seq struct {
+	// Tokens are the ids fed at positions Pos, Pos+1, ...
+	Tokens []int
+	Pos    int
+	// Slot is the cache slot holding the sequence.
+	Slot int
 }
 
-// Argmaxer is implemented by backends that find the largest of n values
-// where they are (on the device), so greedy decoding copies back one token
-// id instead of the logits.
-type Argmaxer interface {
-	Argmax(src Buf, n int) (int, error)
+// Step is one forward step over a batch of sequences.
+type Step struct {
+	Seqs  []Seq
+	Cache Cache
+	// Key, when not nil, promises that every step with this key and the
+	// same tokens per sequence queues the same operations on the same
+	// buffers: the backend may record the pass once and replay it.
+	Key any
+	// Logits is where the pass leaves the logits, [rows, Vocab]; Want
+	// says what comes back of them (nothing when Logits is empty).
+	Logits Buf
+	Vocab  int
+	Want   Want
 }
 
-// GreedyChainer is implemented by backends that, after a replayed decode
-// step, can take its argmax as the next step's token where the logits are
-// and queue that step before the id has come back, so the host's round
-// trip between two greedy tokens is off the device's path. The queued
-// step is a guess that the caller goes on greedily from the id; a caller
-// that does not (a stop, another token or position) only discards it: it
-// wrote the cache one position past the sequence, which the next real
-// step there overwrites, and the logits, which a greedy caller does not
-// read.
-type GreedyChainer interface {
-	// ChainGreedy returns the argmax of src[0..n), the logits of key's
-	// decode step, and queues key's step once more on it, one position on.
-	ChainGreedy(key any, src Buf, n int) (int, error)
-	// Chained says whether key's step on tokens at pos is the one
-	// ChainGreedy queued (and so needs no SetStep or replay); any answer
-	// ends the chain.
-	Chained(key any, tokens []int, pos int) bool
+// Tokens is the number of tokens of the step.
+func (st *Step) Tokens() int {
+	n := 0
+	for _, s := range st.Seqs {
+		n += len(s.Tokens)
+	}
+	return n
 }
 
-// TopKer is implemented by backends that find the k largest of n logits
-// where they are, so sampling copies back k candidates, not the
-// vocabulary.
-type TopKer interface {
-	TopK(src Buf, n, k int, temp float32) (*Candidates, error)
+// Check verifies the step against its cache's shape: at least one token,
+// each sequence in its own slot, every position inside the cache, logits
+// in rows of whole vocabularies.
+func (st *Step) Check(cs CacheShape) error {
+	if len(st.Seqs) == 0 || st.Tokens() == 0 {
+		return fmt.Errorf("step: no tokens")
+	}
+	used := map[int]bool{}
+	for _, s := range st.Seqs {
+		if s.Slot < 0 || s.Slot >= cs.Slots || used[s.Slot] {
+			return fmt.Errorf("step: cache slot %d (of %d) is out of range or used twice", s.Slot, cs.Slots)
+		}
+		used[s.Slot] = true
+		if s.Pos < 0 || s.Pos+len(s.Tokens) > cs.Positions {
+			return fmt.Errorf("step: %d tokens at position %d exceed the cache's %d positions", len(s.Tokens), s.Pos, cs.Positions)
+		}
+	}
+	if st.Logits.Len() > 0 && (st.Vocab <= 0 || st.Logits.Len()%st.Vocab != 0) {
+		return fmt.Errorf("step: logits of %d values are not rows of a vocabulary of %d", st.Logits.Len(), st.Vocab)
+	}
+	return nil
+}
+
+// Want is what a step returns of its logits, for each row.
+type Want struct {
+	// Logits copies them back.
+	Logits bool
+	// Greedy finds the largest (the greedy next token).
+	Greedy bool
+	// TopK finds the TopK most likely tokens at temperature Temp, with
+	// the softmax denominator (sampling's candidates).
+	TopK int
+	Temp float32
+}
+
+// StepResult is what Step returns, for each row of the logits.
+type StepResult struct {
+	// Logits are [rows, vocab] (Want.Logits).
+	Logits []float32
+	// Next are the argmax ids (Want.Greedy).
+	Next []int
+	// Cands are the candidates (Want.TopK).
+	Cands []*Candidates
 }
 
 // Candidates are the most likely tokens of a step, in the order Sample's
@@ -146,61 +267,4 @@ type Candidates struct {
 	// SumExp is the softmax denominator over all logits: the sum of
 	// exp((x - max) / temp), each term rounded as Sample rounds it.
 	SumExp float64
-}
-
-// Fuser is implemented by backends that can join weights read by the same
-// input along their rows (q/k/v, gate/up), so a decode step runs one
-// product instead of several. Fuse returns the joined weight, or false
-// when these weights cannot be joined; the parts stay usable on their own
-// (the backend may make them views into the joined one).
-type Fuser interface {
-	Fuse(parts ...Mat) (Mat, bool)
-}
-
-// RopeAttender is implemented by backends that rotate q and k inside the
-// attention of a decode step (one token) instead of in a separate pass.
-type RopeAttender interface {
-	// RopeAttention is Rope of q (Heads heads) and k (KVHeads heads) at
-	// the step's position with invFreq, then Attention, for one token.
-	RopeAttention(out, q, k, v Buf, c KVCache, layer int, a AttnShape, invFreq Mat)
-}
-
-// MatMulFuser is implemented by backends that, for one token, fold the
-// steps around a product into it: the gated activation and RMSNorm that
-// make its input (it computes them as it reads x) and the residual add
-// after it (it adds its output to dst). Decode then needs no norm, gate or
-// add passes of its own.
-type MatMulFuser interface {
-	// FusedMatMul computes dst = w x' for one token, x' being x after f's
-	// gate and norm, adding to dst when f.Add; it reports false, queueing
-	// nothing, where it cannot (the caller then runs the plain operations).
-	FusedMatMul(dst, x Buf, w Mat, f Fusion) bool
-}
-
-// Fusion lists the steps FusedMatMul folds into a product.
-type Fusion struct {
-	// Act, when set, gates x: act(x) * Up (the MLP's activation).
-	Act string
-	Up  Buf
-	// Norm, when set, RMS-normalizes x (after the gate) over Dim values
-	// with these weights (plus one where PlusOne, as Gemma stores them).
-	Norm    Mat
-	Dim     int
-	Eps     float32
-	PlusOne bool
-	// Add adds the product to dst (the residual add) instead of storing it.
-	Add bool
-	// OutAct, when set, takes w's rows as two halves, gate then up, and
-	// writes act(gate row i . x') * (up row i . x') into dst[i]: half as
-	// many values, the MLP's activation folded into the joined gate/up
-	// product so the down projection reads one vector.
-	OutAct string
-}
-
-// AddNormer is implemented by backends that fuse the residual add with the
-// RMSNorm that follows it (one pass over the row instead of two kernels).
-type AddNormer interface {
-	// AddRMSNorm computes x += y over n rows of dim, then writes RMSNorm(x)
-	// into dst exactly as RMSNorm does.
-	AddRMSNorm(dst, x, y Buf, w Mat, n, dim int, eps float32, plusOne bool)
 }

@@ -76,45 +76,65 @@ func TestPickCandidates(t *testing.T) {
 	}
 }
 
-// topKCPU is the CPU backend answering TopK on the host.
-type topKCPU struct{ *CPU }
-
-func (c topKCPU) TopK(src Buf, n, k int, temp float32) (*Candidates, error) {
-	logits := make([]float32, n)
-	if err := c.Read(logits, src, 0); err != nil {
-		return nil, err
+// TestTopCandidates checks the host's candidates (the CPU backend's
+// answer to Want.TopK) against a full sort.
+func TestTopCandidates(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	logits := make([]float32, 5000)
+	for i := range logits {
+		logits[i] = float32(r.NormFloat64() * 2)
 	}
-	return hostTopK(logits, k, temp), nil
+	logits[10], logits[11] = logits[4], logits[4]
+	logits[99] = float32(math.NaN())
+	for _, k := range []int{1, 40, 256, 4999, 6000} {
+		got, want := TopCandidates(logits, k, 0.8), hostTopK(logits, k, 0.8)
+		if !slices.Equal(got.IDs, want.IDs) || !slices.Equal(got.Logits, want.Logits) || !got.Exact {
+			t.Fatalf("k %d: ids %v, want %v", k, got.IDs[:min(5, len(got.IDs))], want.IDs[:min(5, len(want.IDs))])
+		}
+		if math.Abs(got.SumExp-want.SumExp) > 1e-9*want.SumExp {
+			t.Fatalf("k %d: sum %v, want %v", k, got.SumExp, want.SumExp)
+		}
+	}
 }
 
-// TestGenerateCandidates checks that Generate with sampling gives the same
-// tokens on a backend that returns candidates as on one that returns all
-// logits.
+// TestGenerateCandidates checks that Generate with sampling, which asks
+// the backend for candidates, gives the tokens that sampling from all
+// logits gives.
 func TestGenerateCandidates(t *testing.T) {
 	ctx := context.Background()
 	m, err := Load(ctx, writeFixture(t, fixture.Llama()), LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	prompt := []int{1, 7, 8}
 	for _, o := range []SamplerOptions{{Temperature: 0.7, Seed: 3}, {Temperature: 1, TopP: 0.9, Seed: 4}, {Temperature: 0.5, TopK: 5, Seed: 5}} {
-		var runs [2][]int
-		for i, be := range []Backend{NewCPU(1), topKCPU{NewCPU(1)}} {
-			s, err := m.NewSession(SessionOptions{Backend: be})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sm, err := NewSampler(o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := Generate(ctx, s, []int{1, 7, 8}, GenerateOptions{MaxTokens: 20, Sampler: sm})
-			if err != nil {
-				t.Fatal(err)
-			}
-			runs[i] = st.Tokens
+		s, err := m.NewSession(SessionOptions{Backend: NewCPU(1)})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if !slices.Equal(runs[0], runs[1]) {
-			t.Fatalf("%+v: all logits %v, candidates %v", o, runs[0], runs[1])
+		sm, _ := NewSampler(o)
+		st, err := Generate(ctx, s, prompt, GenerateOptions{MaxTokens: 20, Sampler: sm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The same draws from all logits, step by step.
+		s, err = m.NewSession(SessionOptions{Backend: NewCPU(1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sm, _ = NewSampler(o)
+		history, feed := slices.Clone(prompt), prompt
+		var want []int
+		for len(want) < len(st.Tokens) {
+			logits, err := s.Forward(ctx, feed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := sm.Sample(logits, history)
+			want, history, feed = append(want, id), append(history, id), []int{id}
+		}
+		if !slices.Equal(st.Tokens, want) {
+			t.Fatalf("%+v: candidates %v, all logits %v", o, st.Tokens, want)
 		}
 	}
 }

@@ -1,9 +1,11 @@
 package model
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 
 	"lowbit/quantize"
@@ -11,14 +13,26 @@ import (
 
 // CPU is the host backend: float32 activations in Go slices, kernels split
 // across Workers goroutines, quantized weights multiplied on their packed
-// bytes by package quantize. Its float32 path does plain float32 arithmetic
-// (sums of squares in float64), the reference the other paths are held to.
+// bytes (cpu_quant.go, cpu_tq2.go, package quantize). It computes each
+// operation plainly, one after the other, so it is the reference every
+// other backend is held to and runs every path of the forward pass in CI:
+// float32 arithmetic, sums of squares in float64. It holds what it hands
+// out (weights, buffers, caches) until it is dropped, and is used by one
+// goroutine at a time.
 type CPU struct {
 	// Workers is the number of goroutines a kernel uses (0: GOMAXPROCS).
 	Workers int
 
-	tokens []int
-	pos    int
+	mats     []*cpuMat
+	byWeight map[*Weight]int
+	bufs     [][]float32
+	caches   []*cpuCache
+
+	// The step: each token's id, position and cache slot.
+	tokens, pos, slot []int
+	// tmp are scratch rows for the normed input and unfused products.
+	tmp [3][]float32
+	err error
 }
 
 // NewCPU returns a CPU backend using workers goroutines (0: GOMAXPROCS).
@@ -26,15 +40,10 @@ func NewCPU(workers int) *CPU {
 	return &CPU{Workers: workers}
 }
 
-type cpuBuf []float32
-
-func (b cpuBuf) Len() int { return len(b) }
-
-// cpuCache holds keys and values, per layer [positions, kvDim].
+// cpuCache holds keys and values, per layer and slot [positions, kvDim].
 type cpuCache struct {
-	k, v      [][]float32
-	positions int
-	kvDim     int
+	shape CacheShape
+	k, v  [][]float32 // [layer*slots + slot]
 }
 
 func (c *CPU) workers() int {
@@ -47,50 +56,143 @@ func (c *CPU) workers() int {
 // Name implements Backend.
 func (c *CPU) Name() string { return "cpu" }
 
-// Upload implements Backend: the weight's data is used where it is (q4
+// Upload implements Backend: the weights' data is used where it is (q4
 // and q8 scales are widened to float32 for the kernels of cpu_quant.go).
-func (c *CPU) Upload(w *Weight) (Mat, error) {
-	if w == nil {
-		return nil, fmt.Errorf("cpu: upload of a nil weight")
+// The CPU gains nothing from joining a group's weights.
+func (c *CPU) Upload(group ...*Weight) ([]Mat, error) {
+	out := make([]Mat, len(group))
+	for i, w := range group {
+		if w == nil {
+			return nil, fmt.Errorf("cpu: upload of a nil weight")
+		}
+		id, ok := c.byWeight[w]
+		if !ok {
+			if c.byWeight == nil {
+				c.byWeight = map[*Weight]int{}
+			}
+			c.mats = append(c.mats, prepare(w))
+			id = len(c.mats)
+			c.byWeight[w] = id
+		}
+		out[i] = MakeMat(id, w.Rows, w.Cols)
 	}
-	return prepare(w), nil
+	return out, nil
 }
 
 // Alloc implements Backend.
 func (c *CPU) Alloc(n int) (Buf, error) {
 	if n < 0 {
-		return nil, fmt.Errorf("cpu: cannot allocate %d values", n)
+		return Buf{}, fmt.Errorf("cpu: cannot allocate %d values", n)
 	}
-	return cpuBuf(make([]float32, n)), nil
+	c.bufs = append(c.bufs, make([]float32, n))
+	return MakeBuf(len(c.bufs)-1, n), nil
 }
-
-// View implements Backend.
-func (c *CPU) View(b Buf, off, n int) Buf { return b.(cpuBuf)[off : off+n] }
 
 // NewCache implements Backend.
-func (c *CPU) NewCache(layers, positions, kvDim int) (KVCache, error) {
-	if layers <= 0 || positions <= 0 || kvDim <= 0 {
-		return nil, fmt.Errorf("cpu: bad cache geometry %d layers x %d positions x %d", layers, positions, kvDim)
+func (c *CPU) NewCache(s CacheShape) (Cache, error) {
+	if s.Layers <= 0 || s.Slots <= 0 || s.Positions <= 0 || s.KVDim <= 0 {
+		return Cache{}, fmt.Errorf("cpu: bad cache geometry %d layers x %d slots x %d positions x %d", s.Layers, s.Slots, s.Positions, s.KVDim)
 	}
-	kc := &cpuCache{positions: positions, kvDim: kvDim}
-	for l := 0; l < layers; l++ {
-		kc.k = append(kc.k, make([]float32, positions*kvDim))
-		kc.v = append(kc.v, make([]float32, positions*kvDim))
+	kc := &cpuCache{shape: s}
+	for range s.Layers * s.Slots {
+		kc.k = append(kc.k, make([]float32, s.Positions*s.KVDim))
+		kc.v = append(kc.v, make([]float32, s.Positions*s.KVDim))
 	}
-	return kc, nil
+	c.caches = append(c.caches, kc)
+	return MakeCache(len(c.caches) - 1), nil
 }
 
-// SetStep implements Backend.
-func (c *CPU) SetStep(tokens []int, pos int) error {
-	c.tokens = append(c.tokens[:0], tokens...)
-	c.pos = pos
-	return nil
+// fail records the first error of the step.
+func (c *CPU) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// buf is b's memory, or nil (and a recorded error) for a handle this
+// backend did not make.
+func (c *CPU) buf(b Buf) []float32 {
+	if b.ID() < 0 || b.ID() >= len(c.bufs) || b.Off()+b.Len() > len(c.bufs[b.ID()]) {
+		c.fail(fmt.Errorf("cpu: buffer %d [%d, %d) was not allocated here", b.ID(), b.Off(), b.Off()+b.Len()))
+		return nil
+	}
+	return c.bufs[b.ID()][b.Off() : b.Off()+b.Len()]
+}
+
+// mat is the weight m names, or nil (and a recorded error).
+func (c *CPU) mat(m Mat) *cpuMat {
+	if m.ID() < 1 || m.ID() > len(c.mats) {
+		c.fail(fmt.Errorf("cpu: weight %d was not uploaded here", m.ID()))
+		return nil
+	}
+	return c.mats[m.ID()-1]
+}
+
+// scratch is scratch row set i, at least n values.
+func (c *CPU) scratch(i, n int) []float32 {
+	if len(c.tmp[i]) < n {
+		c.tmp[i] = make([]float32, n)
+	}
+	return c.tmp[i][:n]
+}
+
+// Step implements Backend: the pass runs as it is called, then the
+// logits are read, argmaxed or ranked on the host.
+func (c *CPU) Step(ctx context.Context, st *Step, pass func() error) (*StepResult, error) {
+	if st.Cache.ID() < 0 || st.Cache.ID() >= len(c.caches) {
+		return nil, fmt.Errorf("cpu: step: the cache %d is not one of the backend's", st.Cache.ID())
+	}
+	if err := st.Check(c.caches[st.Cache.ID()].shape); err != nil {
+		return nil, fmt.Errorf("cpu: %w", err)
+	}
+	c.tokens, c.pos, c.slot = c.tokens[:0], c.pos[:0], c.slot[:0]
+	for _, s := range st.Seqs {
+		for i, t := range s.Tokens {
+			c.tokens, c.pos, c.slot = append(c.tokens, t), append(c.pos, s.Pos+i), append(c.slot, s.Slot)
+		}
+	}
+	c.err = nil
+	if err := pass(); err != nil {
+		return nil, err
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	res := &StepResult{}
+	if st.Logits.Len() == 0 || st.Want == (Want{}) {
+		return res, nil
+	}
+	logits := c.buf(st.Logits)
+	if c.err != nil {
+		return nil, c.err
+	}
+	for r := 0; r < len(logits)/st.Vocab; r++ {
+		row := logits[r*st.Vocab : (r+1)*st.Vocab]
+		if st.Want.Greedy {
+			res.Next = append(res.Next, argmax(row))
+		}
+		if st.Want.TopK > 0 {
+			res.Cands = append(res.Cands, TopCandidates(row, st.Want.TopK, st.Want.Temp))
+		}
+	}
+	if st.Want.Logits {
+		res.Logits = slices.Clone(logits)
+	}
+	return res, nil
 }
 
 // Embed implements Backend.
-func (c *CPU) Embed(dst Buf, table Mat, n int, scale float32) {
-	w, out := table.(*cpuMat).w, dst.(cpuBuf)
-	for i, tok := range c.tokens[:n] {
+func (c *CPU) Embed(dst Buf, table Mat, scale float32) {
+	m, out := c.mat(table), c.buf(dst)
+	if c.err != nil {
+		return
+	}
+	w := m.w
+	if len(out) < len(c.tokens)*w.Cols {
+		c.fail(fmt.Errorf("cpu: embed: %d tokens of %d values into %d", len(c.tokens), w.Cols, len(out)))
+		return
+	}
+	for i, tok := range c.tokens {
 		row := out[i*w.Cols : (i+1)*w.Cols]
 		w.Row(tok, row)
 		if scale != 1 {
@@ -101,38 +203,89 @@ func (c *CPU) Embed(dst Buf, table Mat, n int, scale float32) {
 	}
 }
 
-// RMSNorm implements Backend.
-func (c *CPU) RMSNorm(dst, x Buf, w Mat, n, dim int, eps float32, plusOne bool) {
-	g, out, in := w.(*cpuMat).w.F32, dst.(cpuBuf), x.(cpuBuf)
+// Linear implements Backend: the norm into a scratch copy of x, then each
+// product, the gated one through its two halves, the residual add
+// through a scratch result.
+func (c *CPU) Linear(x Buf, norm Norm, outs ...Output) {
+	in := c.buf(x)
+	if c.err != nil || len(outs) == 0 {
+		return
+	}
+	cols := outs[0].W.Cols()
+	if cols <= 0 || len(in)%cols != 0 {
+		c.fail(fmt.Errorf("cpu: linear: input of %d values is not rows of %d", len(in), cols))
+		return
+	}
+	n := len(in) / cols
+	if norm.W.Valid() {
+		g := c.mat(norm.W)
+		if c.err != nil {
+			return
+		}
+		xn := c.scratch(0, len(in))
+		c.rmsNorm(xn, in, g.w.F32, n, cols, norm.Eps)
+		in = xn
+	}
+	for _, o := range outs {
+		w, dst := c.mat(o.W), c.buf(o.Dst)
+		if c.err != nil {
+			return
+		}
+		if o.W.Cols() != cols || len(dst) != n*o.W.Rows() {
+			c.fail(fmt.Errorf("cpu: linear: [%d, %d] weight for %d rows of %d into %d values", o.W.Rows(), o.W.Cols(), n, cols, len(dst)))
+			return
+		}
+		y := dst
+		if o.Add || o.Up.Valid() {
+			y = c.scratch(1, len(dst))
+		}
+		c.matMul(y, in, w, n)
+		if o.Up.Valid() {
+			up := c.mat(o.Up)
+			if c.err != nil {
+				return
+			}
+			u := c.scratch(2, len(dst))
+			c.matMul(u, in, up, n)
+			c.glu(y, y, u, o.Act)
+		}
+		if o.Add {
+			for i, v := range y {
+				dst[i] += v
+			}
+		} else if o.Up.Valid() {
+			copy(dst, y)
+		}
+	}
+}
+
+// rmsNorm writes each of the n rows of x (length dim), normalized and
+// scaled by g, into dst.
+func (c *CPU) rmsNorm(dst, x, g []float32, n, dim int, eps float32) {
 	c.parallel(n, 1, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			xs, ys := in[i*dim:(i+1)*dim], out[i*dim:(i+1)*dim]
+			xs, ys := x[i*dim:(i+1)*dim], dst[i*dim:(i+1)*dim]
 			var ss float64
 			for _, v := range xs {
 				ss += float64(v) * float64(v)
 			}
 			inv := float32(1 / math.Sqrt(float64(float32(ss/float64(dim))+eps)))
 			for j, v := range xs {
-				if plusOne {
-					ys[j] = v * inv * (1 + g[j])
-				} else {
-					ys[j] = g[j] * (v * inv)
-				}
+				ys[j] = g[j] * (v * inv)
 			}
 		}
 	})
 }
 
-// MatMul implements Backend.
-func (c *CPU) MatMul(dst, x Buf, w Mat, n int) {
-	m, out, in := w.(*cpuMat), dst.(cpuBuf), x.(cpuBuf)
+// matMul computes y[n, rows] = x[n, cols] · Wᵀ.
+func (c *CPU) matMul(y, x []float32, m *cpuMat, n int) {
 	wt := m.w
 	if wt.Q != nil {
 		if wt.Q.Format == quantize.TQ2 {
-			c.matMulTQ2(wt.Q, in, out, n) // BitNet W2A8 by table lookup (cpu_tq2.go)
+			c.matMulTQ2(wt.Q, x, y, n) // BitNet W2A8 by table lookup (cpu_tq2.go)
 			return
 		}
-		c.matMulQuant(m, in, out, n)
+		c.matMulQuant(m, x, y, n)
 		return
 	}
 	rows, cols := wt.Rows, wt.Cols
@@ -140,7 +293,7 @@ func (c *CPU) MatMul(dst, x Buf, w Mat, n int) {
 		for r := lo; r < hi; r++ {
 			wr := wt.F32[r*cols : (r+1)*cols]
 			for i := 0; i < n; i++ {
-				out[i*rows+r] = dot(wr, in[i*cols:(i+1)*cols])
+				y[i*rows+r] = dot(wr, x[i*cols:(i+1)*cols])
 			}
 		}
 	})
@@ -177,64 +330,67 @@ func dotGo(a, b []float32) float32 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-// Rope implements Backend.
-func (c *CPU) Rope(x Buf, n, heads, headDim int, invFreq Mat) {
-	freq, xs := invFreq.(*cpuMat).w.F32, x.(cpuBuf)
-	half := headDim / 2
-	cos, sin := make([]float32, half), make([]float32, half)
-	for i := 0; i < n; i++ {
-		p := float32(c.pos + i)
-		for j, f := range freq {
-			a := float64(p * f)
-			cos[j], sin[j] = float32(math.Cos(a)), float32(math.Sin(a))
-		}
-		for h := 0; h < heads; h++ {
-			v := xs[(i*heads+h)*headDim : (i*heads+h+1)*headDim]
-			for j := 0; j < half; j++ {
-				x0, x1 := v[j], v[j+half]
-				v[j] = x0*cos[j] - x1*sin[j]
-				v[j+half] = x1*cos[j] + x0*sin[j]
-			}
-		}
+// Attention implements Backend: the rotation of q and k, then for each
+// token the store of its key and value in its slot, then each query head
+// over its sequence's positions up to its own.
+func (c *CPU) Attention(out, q, k, v Buf, kc Cache, layer int, a Attn) {
+	qs, ks, vs, os := c.buf(q), c.buf(k), c.buf(v), c.buf(out)
+	if c.err != nil {
+		return
 	}
-}
-
-// Attention implements Backend.
-func (c *CPU) Attention(out, q, k, v Buf, kc KVCache, layer, n int, a AttnShape) {
-	cache := kc.(*cpuCache)
-	kvDim := a.KVHeads * a.HeadDim
-	kl, vl := cache.k[layer], cache.v[layer]
-	copy(kl[c.pos*kvDim:(c.pos+n)*kvDim], k.(cpuBuf)[:n*kvDim])
-	copy(vl[c.pos*kvDim:(c.pos+n)*kvDim], v.(cpuBuf)[:n*kvDim])
-	qs, os := q.(cpuBuf), out.(cpuBuf)
+	if kc.ID() < 0 || kc.ID() >= len(c.caches) {
+		c.fail(fmt.Errorf("cpu: attention: cache %d was not made here", kc.ID()))
+		return
+	}
+	cache := c.caches[kc.ID()]
+	n, hd, kvDim := len(c.tokens), a.HeadDim, a.KVHeads*a.HeadDim
+	if layer < 0 || layer >= cache.shape.Layers || kvDim != cache.shape.KVDim ||
+		len(qs) != n*a.Heads*hd || len(ks) != n*kvDim || len(vs) != n*kvDim || len(os) != n*a.Heads*hd {
+		c.fail(fmt.Errorf("cpu: attention: layer %d, %d tokens of %d/%d heads of %d do not fit the buffers or cache", layer, n, a.Heads, a.KVHeads, hd))
+		return
+	}
+	if a.Rope.Valid() {
+		f := c.mat(a.Rope)
+		if c.err != nil {
+			return
+		}
+		c.rope(qs, a.Heads, hd, f.w.F32)
+		c.rope(ks, a.KVHeads, hd, f.w.F32)
+	}
+	slots := cache.shape.Slots
+	for i := range n {
+		at := layer*slots + c.slot[i]
+		copy(cache.k[at][c.pos[i]*kvDim:(c.pos[i]+1)*kvDim], ks[i*kvDim:(i+1)*kvDim])
+		copy(cache.v[at][c.pos[i]*kvDim:(c.pos[i]+1)*kvDim], vs[i*kvDim:(i+1)*kvDim])
+	}
 	group := a.Heads / a.KVHeads
-	hd := a.HeadDim
 	c.parallel(n*a.Heads, 1, func(lo, hi int) {
-		scores := make([]float32, c.pos+n)
+		var scores []float32
 		for job := lo; job < hi; job++ {
 			i, h := job/a.Heads, job%a.Heads
-			p := c.pos + i
+			p := c.pos[i]
+			kl, vl := cache.k[layer*slots+c.slot[i]], cache.v[layer*slots+c.slot[i]]
 			first := 0
 			if a.Window > 0 {
 				first = max(0, p-a.Window+1)
 			}
 			qh := qs[(i*a.Heads+h)*hd : (i*a.Heads+h+1)*hd]
 			koff := (h / group) * hd
-			sc := scores[first : p+1]
+			scores = slices.Grow(scores[:0], p+1-first)[:p+1-first]
 			maxs := float32(math.Inf(-1))
-			for t := range sc {
+			for t := range scores {
 				kt := kl[(first+t)*kvDim+koff : (first+t)*kvDim+koff+hd]
-				sc[t] = dot(qh, kt) * a.Scale
-				maxs = max(maxs, sc[t])
+				scores[t] = dot(qh, kt) * a.Scale
+				maxs = max(maxs, scores[t])
 			}
 			var sum float32
-			for t := range sc {
-				sc[t] = float32(math.Exp(float64(sc[t] - maxs)))
-				sum += sc[t]
+			for t := range scores {
+				scores[t] = float32(math.Exp(float64(scores[t] - maxs)))
+				sum += scores[t]
 			}
 			oh := os[(i*a.Heads+h)*hd : (i*a.Heads+h+1)*hd]
 			clear(oh)
-			for t, s := range sc {
+			for t, s := range scores {
 				s /= sum
 				vt := vl[(first+t)*kvDim+koff : (first+t)*kvDim+koff+hd]
 				for j := range oh {
@@ -245,51 +401,63 @@ func (c *CPU) Attention(out, q, k, v Buf, kc KVCache, layer, n int, a AttnShape)
 	})
 }
 
-// GLU implements Backend.
-func (c *CPU) GLU(dst, gate, up Buf, n int, act string) {
-	d, g, u := dst.(cpuBuf), gate.(cpuBuf), up.(cpuBuf)
-	c.parallel(n, 4096, func(lo, hi int) {
+// rope rotates each token's heads of x at the token's position.
+func (c *CPU) rope(x []float32, heads, headDim int, freq []float32) {
+	half := headDim / 2
+	cos, sin := make([]float32, half), make([]float32, half)
+	for i, pos := range c.pos {
+		p := float32(pos)
+		for j, f := range freq {
+			a := float64(p * f)
+			cos[j], sin[j] = float32(math.Cos(a)), float32(math.Sin(a))
+		}
+		for h := 0; h < heads; h++ {
+			v := x[(i*heads+h)*headDim : (i*heads+h+1)*headDim]
+			for j := 0; j < half; j++ {
+				x0, x1 := v[j], v[j+half]
+				v[j] = x0*cos[j] - x1*sin[j]
+				v[j+half] = x1*cos[j] + x0*sin[j]
+			}
+		}
+	}
+}
+
+// glu computes dst = act(gate) * up elementwise.
+func (c *CPU) glu(dst, gate, up []float32, act Act) {
+	c.parallel(len(dst), 4096, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			d[i] = activate(act, g[i]) * u[i]
+			dst[i] = activate(act, gate[i]) * up[i]
 		}
 	})
 }
 
 // activate applies a gate activation in float32 as transformers does.
-func activate(act string, x float32) float32 {
+func activate(act Act, x float32) float32 {
 	switch act {
-	case "silu":
+	case SiLU:
 		return x / (1 + float32(math.Exp(float64(-x))))
-	case "gelu_tanh":
+	case GELUTanh:
 		const c = 0.7978845608028654 // sqrt(2/pi)
 		return 0.5 * x * (1 + float32(math.Tanh(c*float64(x+0.044715*x*x*x))))
-	case "relu2":
+	case ReLU2:
 		r := max(x, 0)
 		return r * r
 	}
 	return float32(math.NaN())
 }
 
-// Add implements Backend.
-func (c *CPU) Add(dst, x Buf, n int) {
-	d, s := dst.(cpuBuf), x.(cpuBuf)
-	for i := range d[:n] {
-		d[i] += s[i]
-	}
-}
-
 // Read implements Backend.
-func (c *CPU) Read(dst []float32, src Buf, off int) error {
-	s := src.(cpuBuf)
-	if off < 0 || off+len(dst) > len(s) {
-		return fmt.Errorf("cpu: read of %d values at %d from a buffer of %d", len(dst), off, len(s))
+func (c *CPU) Read(dst []float32, src Buf) error {
+	s := c.buf(src)
+	if s == nil && c.err != nil {
+		return c.err
 	}
-	copy(dst, s[off:])
+	if len(dst) > len(s) {
+		return fmt.Errorf("cpu: read of %d values from a buffer of %d", len(dst), len(s))
+	}
+	copy(dst, s)
 	return nil
 }
-
-// Err implements Backend: CPU operations do not fail.
-func (c *CPU) Err() error { return nil }
 
 // parallel runs fn over [0, n) in contiguous chunks of at least minChunk,
 // one goroutine per worker.

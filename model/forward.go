@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 )
 
 // SessionOptions tune a session.
@@ -31,23 +32,29 @@ type Session struct {
 	ctx   int
 	batch int
 	pos   int
-	cache KVCache
+	cache Cache
+	// kept says the logits buffer holds the last step's logits (a step
+	// that returned candidates: LastLogits may read them).
+	kept bool
+
+	act        Act
+	attn       Attn
+	embedScale float32
 
 	// weights on the backend
-	embed, norm, output, invFreq Mat
-	layers                       []layerMats
+	embed, output Mat
+	norm          Norm
+	layers        []layerMats
 
-	// activations [batch, ...]
-	x, xb, xb2, q, k, v, att, gate, up, logits Buf
-	// one token's [q k v] and [gate up], where the backend fuses products
-	qkv, gateUp Buf
+	// activations [batch, ...]: the residual stream, q|k|v, attention's
+	// output, the MLP's gated hidden state and the logits
+	x, qkv, att, h, logits Buf
 }
 
 // layerMats are one layer's weights on the backend.
 type layerMats struct {
-	attnNorm, ffnNorm, wq, wk, wv, wo, gate, up, down, attnSub, ffnSub Mat
-	// qkv and gateUp join wq/wk/wv and gate/up for decode (nil: not fused).
-	qkv, gateUp Mat
+	attnNorm, ffnNorm, attnSub, ffnSub Norm
+	wq, wk, wv, wo, gate, up, down     Mat
 }
 
 // NewSession binds the model to a backend and allocates its cache and
@@ -68,89 +75,112 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 		s.batch = 64
 	}
 	s.batch = min(s.batch, s.ctx)
-	up := func(name string) (Mat, error) {
+	var err error
+	if s.act, err = ActOf(c.Activation); err != nil {
+		return nil, err
+	}
+	eps := float32(c.RMSNormEps)
+	s.embedScale = 1
+	if c.EmbedScale {
+		s.embedScale = float32(math.Sqrt(float64(c.HiddenSize)))
+	}
+	s.attn = Attn{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
+		Scale: float32(1 / math.Sqrt(float64(c.HeadDim))), Window: c.SlidingWindow}
+	up := func(names ...string) ([]Mat, error) {
+		ws := make([]*Weight, len(names))
+		for i, name := range names {
+			w, ok := m.Weights[name]
+			if !ok {
+				return nil, fmt.Errorf("model: tensor %s is missing", name)
+			}
+			ws[i] = w
+		}
+		mats, err := s.be.Upload(ws...)
+		if err != nil {
+			return nil, fmt.Errorf("model: %s: upload %s: %w", s.be.Name(), strings.Join(names, ", "), err)
+		}
+		return mats, nil
+	}
+	// norm uploads an RMSNorm's gains, as 1 + w where the model stores
+	// them so (Gemma): the same float32 sum the norm would take each time.
+	norm := func(name string) (Norm, error) {
 		w, ok := m.Weights[name]
 		if !ok {
-			return nil, fmt.Errorf("model: tensor %s is missing", name)
+			return Norm{}, fmt.Errorf("model: tensor %s is missing", name)
 		}
-		mat, err := s.be.Upload(w)
+		if c.NormPlusOne {
+			g := make([]float32, len(w.F32))
+			for i, v := range w.F32 {
+				g[i] = 1 + v
+			}
+			w = FloatWeight(w.Rows, w.Cols, g)
+		}
+		mats, err := s.be.Upload(w)
 		if err != nil {
-			return nil, fmt.Errorf("model: %s: upload %s: %w", s.be.Name(), name, err)
+			return Norm{}, fmt.Errorf("model: %s: upload %s: %w", s.be.Name(), name, err)
 		}
-		return mat, nil
+		return Norm{W: mats[0], Eps: eps}, nil
 	}
-	var err error
-	if s.embed, err = up("model.embed_tokens.weight"); err != nil {
+	mats, err := up("model.embed_tokens.weight")
+	if err != nil {
 		return nil, err
 	}
-	if s.norm, err = up("model.norm.weight"); err != nil {
+	s.embed = mats[0]
+	if s.norm, err = norm("model.norm.weight"); err != nil {
 		return nil, err
-	}
-	if s.output, err = s.be.Upload(m.Output()); err != nil {
-		return nil, fmt.Errorf("model: %s: upload output: %w", s.be.Name(), err)
 	}
 	inv := c.InvFreq()
-	if s.invFreq, err = s.be.Upload(FloatWeight(1, len(inv), inv)); err != nil {
-		return nil, fmt.Errorf("model: %s: upload rope frequencies: %w", s.be.Name(), err)
+	if mats, err = s.be.Upload(m.Output(), FloatWeight(1, len(inv), inv)); err != nil {
+		return nil, fmt.Errorf("model: %s: upload the output head and rope frequencies: %w", s.be.Name(), err)
 	}
+	s.output, s.attn.Rope = mats[0], mats[1]
 	for l := 0; l < c.NumLayers; l++ {
 		p := fmt.Sprintf("model.layers.%d.", l)
 		var lm layerMats
-		for _, f := range []struct {
-			dst  *Mat
-			name string
-		}{
-			{&lm.attnNorm, "input_layernorm.weight"}, {&lm.ffnNorm, "post_attention_layernorm.weight"},
-			{&lm.wq, "self_attn.q_proj.weight"}, {&lm.wk, "self_attn.k_proj.weight"},
-			{&lm.wv, "self_attn.v_proj.weight"}, {&lm.wo, "self_attn.o_proj.weight"},
-			{&lm.gate, "mlp.gate_proj.weight"}, {&lm.up, "mlp.up_proj.weight"}, {&lm.down, "mlp.down_proj.weight"},
-		} {
-			if *f.dst, err = up(p + f.name); err != nil {
-				return nil, err
-			}
+		if lm.attnNorm, err = norm(p + "input_layernorm.weight"); err != nil {
+			return nil, err
 		}
+		if lm.ffnNorm, err = norm(p + "post_attention_layernorm.weight"); err != nil {
+			return nil, err
+		}
+		if mats, err = up(p+"self_attn.q_proj.weight", p+"self_attn.k_proj.weight", p+"self_attn.v_proj.weight"); err != nil {
+			return nil, err
+		}
+		lm.wq, lm.wk, lm.wv = mats[0], mats[1], mats[2]
+		if mats, err = up(p + "self_attn.o_proj.weight"); err != nil {
+			return nil, err
+		}
+		lm.wo = mats[0]
+		if mats, err = up(p+"mlp.gate_proj.weight", p+"mlp.up_proj.weight"); err != nil {
+			return nil, err
+		}
+		lm.gate, lm.up = mats[0], mats[1]
+		if mats, err = up(p + "mlp.down_proj.weight"); err != nil {
+			return nil, err
+		}
+		lm.down = mats[0]
 		if c.SubNorms {
-			if lm.attnSub, err = up(p + "self_attn.attn_sub_norm.weight"); err != nil {
+			if lm.attnSub, err = norm(p + "self_attn.attn_sub_norm.weight"); err != nil {
 				return nil, err
 			}
-			if lm.ffnSub, err = up(p + "mlp.ffn_sub_norm.weight"); err != nil {
+			if lm.ffnSub, err = norm(p + "mlp.ffn_sub_norm.weight"); err != nil {
 				return nil, err
-			}
-		}
-		if f, ok := s.be.(Fuser); ok {
-			if m, ok := f.Fuse(lm.wq, lm.wk, lm.wv); ok {
-				lm.qkv = m
-			}
-			if m, ok := f.Fuse(lm.gate, lm.up); ok {
-				lm.gateUp = m
 			}
 		}
 		s.layers = append(s.layers, lm)
 	}
-	kvDim := c.NumKVHeads * c.HeadDim
-	if s.cache, err = s.be.NewCache(c.NumLayers, s.ctx, kvDim); err != nil {
+	qDim, kvDim := c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
+	if s.cache, err = s.be.NewCache(CacheShape{Layers: c.NumLayers, Slots: 1, Positions: s.ctx, KVDim: kvDim}); err != nil {
 		return nil, fmt.Errorf("model: %s: %w", s.be.Name(), err)
 	}
-	qDim := c.NumHeads * c.HeadDim
 	for _, b := range []struct {
 		dst *Buf
 		n   int
 	}{
-		{&s.x, c.HiddenSize}, {&s.xb, max(c.HiddenSize, qDim)}, {&s.xb2, c.HiddenSize},
-		{&s.q, qDim}, {&s.k, kvDim}, {&s.v, kvDim}, {&s.att, qDim},
-		{&s.gate, c.IntermediateSize}, {&s.up, c.IntermediateSize}, {&s.logits, c.VocabSize},
+		{&s.x, c.HiddenSize}, {&s.qkv, qDim + 2*kvDim}, {&s.att, qDim},
+		{&s.h, c.IntermediateSize}, {&s.logits, c.VocabSize},
 	} {
 		if *b.dst, err = s.be.Alloc(s.batch * b.n); err != nil {
-			return nil, fmt.Errorf("model: %s: %w", s.be.Name(), err)
-		}
-	}
-	if len(s.layers) > 0 && s.layers[0].qkv != nil {
-		if s.qkv, err = s.be.Alloc(qDim + 2*kvDim); err != nil {
-			return nil, fmt.Errorf("model: %s: %w", s.be.Name(), err)
-		}
-	}
-	if len(s.layers) > 0 && s.layers[0].gateUp != nil {
-		if s.gateUp, err = s.be.Alloc(2 * c.IntermediateSize); err != nil {
 			return nil, fmt.Errorf("model: %s: %w", s.be.Name(), err)
 		}
 	}
@@ -185,11 +215,11 @@ func (s *Session) CacheBytes() int64 {
 
 // Forward appends tokens to the sequence and returns the logits of the last one.
 func (s *Session) Forward(ctx context.Context, tokens []int) ([]float32, error) {
-	out, err := s.run(ctx, tokens, false, false)
+	res, err := s.run(ctx, tokens, Want{Logits: true}, false, nil)
 	if err != nil {
 		return nil, err
 	}
-	return out.Logits, nil
+	return res.Logits, nil
 }
 
 // ForwardOutput is what ForwardAll returns.
@@ -199,54 +229,46 @@ type ForwardOutput struct {
 	// Hidden, when asked for, holds NumLayers+1 residual streams [n, hidden]:
 	// the embeddings, then the output of each layer (before the final norm).
 	Hidden [][]float32
-
-	// greedy asks for the most likely next token only (NextGreedy).
-	greedy bool
-	next   int
-	// topk > 0 asks a TopKer backend for that many candidates at
-	// temperature temp (NextCandidates).
-	topk  int
-	temp  float32
-	cands *Candidates
 }
 
 // NextGreedy appends tokens and returns the id of the most likely next
-// token. On a backend that implements Argmaxer the logits stay where they
-// are and only the id is copied back; on a GreedyChainer the step on that
-// id is already queued when it returns (so LastLogits then reads that
-// step's logits, not these).
+// token. Only the id comes back from the backend; its logits are not kept
+// (a backend may already run the step on that id).
 func (s *Session) NextGreedy(ctx context.Context, tokens []int) (int, error) {
-	out, err := s.runOut(ctx, tokens, &ForwardOutput{greedy: true}, false, false)
+	res, err := s.run(ctx, tokens, Want{Greedy: true}, false, nil)
 	if err != nil {
 		return 0, err
 	}
-	return out.next, nil
+	if len(res.Next) != 1 {
+		return 0, fmt.Errorf("model: %s: a greedy step returned %d ids", s.be.Name(), len(res.Next))
+	}
+	return res.Next[0], nil
 }
 
 // NextCandidates appends tokens and returns the k most likely next tokens
 // with the softmax denominator at temperature temp, found where the logits
-// are (TopKer), so only they are copied back. On other backends, or where
-// the backend could not be sure of them, it returns the last token's
-// logits instead (and nil candidates).
-func (s *Session) NextCandidates(ctx context.Context, tokens []int, k int, temp float32) (*Candidates, []float32, error) {
-	out, err := s.runOut(ctx, tokens, &ForwardOutput{topk: k, temp: temp}, false, false)
-	switch {
-	case err != nil:
-		return nil, nil, err
-	case out.cands == nil:
-		return nil, out.Logits, nil
-	case out.cands.Exact:
-		return out.cands, nil, nil
+// are, so only they are copied back. The logits stay kept: where the
+// candidates do not settle a draw, LastLogits reads them all.
+func (s *Session) NextCandidates(ctx context.Context, tokens []int, k int, temp float32) (*Candidates, error) {
+	res, err := s.run(ctx, tokens, Want{TopK: k, Temp: temp}, false, nil)
+	if err != nil {
+		return nil, err
 	}
-	logits, err := s.LastLogits()
-	return nil, logits, err
+	if len(res.Cands) != 1 || res.Cands[0] == nil {
+		return nil, fmt.Errorf("model: %s: a sampling step returned no candidates", s.be.Name())
+	}
+	s.kept = true
+	return res.Cands[0], nil
 }
 
-// LastLogits copies back the logits of the last step's last token (after
-// NextGreedy on a GreedyChainer backend: of the step it queued ahead).
+// LastLogits copies back the logits of the last step, when it was
+// NextCandidates's (other steps return theirs, or keep none).
 func (s *Session) LastLogits() ([]float32, error) {
+	if !s.kept {
+		return nil, fmt.Errorf("model: the last step kept no logits")
+	}
 	logits := make([]float32, s.cfg.VocabSize)
-	if err := s.be.Read(logits, s.logits, 0); err != nil {
+	if err := s.be.Read(logits, s.logits.Slice(0, s.cfg.VocabSize)); err != nil {
 		return nil, fmt.Errorf("model: %s: read logits: %w", s.be.Name(), err)
 	}
 	return logits, nil
@@ -255,16 +277,22 @@ func (s *Session) LastLogits() ([]float32, error) {
 // ForwardAll appends tokens and returns the logits of every one of them
 // (for perplexity), and with hidden the residual stream after each layer.
 func (s *Session) ForwardAll(ctx context.Context, tokens []int, hidden bool) (*ForwardOutput, error) {
-	return s.run(ctx, tokens, true, hidden)
+	out := &ForwardOutput{}
+	if hidden {
+		out.Hidden = make([][]float32, s.cfg.NumLayers+1)
+	}
+	res, err := s.run(ctx, tokens, Want{Logits: true}, true, out)
+	if err != nil {
+		return nil, err
+	}
+	out.Logits = res.Logits
+	return out, nil
 }
 
-// run processes tokens in chunks of the batch size.
-func (s *Session) run(ctx context.Context, tokens []int, all, hidden bool) (*ForwardOutput, error) {
-	return s.runOut(ctx, tokens, &ForwardOutput{}, all, hidden)
-}
-
-// runOut is run filling out.
-func (s *Session) runOut(ctx context.Context, tokens []int, out *ForwardOutput, all, hidden bool) (*ForwardOutput, error) {
+// run processes tokens in steps of at most the batch size, asking the
+// last for want of the last token's logits (or every token's, with all).
+// With out.Hidden it keeps the residual streams.
+func (s *Session) run(ctx context.Context, tokens []int, want Want, all bool, out *ForwardOutput) (*StepResult, error) {
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("model: no tokens to process")
 	}
@@ -276,278 +304,100 @@ func (s *Session) runOut(ctx context.Context, tokens []int, out *ForwardOutput, 
 			return nil, fmt.Errorf("model: token id %d is outside the vocabulary of %d", t, s.cfg.VocabSize)
 		}
 	}
-	if hidden {
-		out.Hidden = make([][]float32, s.cfg.NumLayers+1)
-	}
+	s.kept = false
+	res := &StepResult{}
 	for lo := 0; lo < len(tokens); lo += s.batch {
 		chunk := tokens[lo:min(lo+s.batch, len(tokens))]
 		last := lo+len(chunk) == len(tokens)
-		if err := s.step(ctx, chunk, out, all, last, hidden); err != nil {
+		r, err := s.step(ctx, chunk, want, all, last, out)
+		if err != nil {
 			return nil, err
 		}
+		res.Logits = append(res.Logits, r.Logits...)
+		res.Next, res.Cands = r.Next, r.Cands
 	}
-	return out, nil
+	return res, nil
 }
 
-// step runs the model over n ≤ batch tokens at the current position: the
-// whole forward pass, top to bottom.
-func (s *Session) step(ctx context.Context, tokens []int, out *ForwardOutput, all, last, hidden bool) error {
-	be, c, n := s.be, s.cfg, len(tokens)
-	// The final norm and the logits run for every row, or only the last
-	// token's, or not at all for a chunk of prefill before the last.
-	rows, from, head := n, 0, true
-	if !all {
-		rows, from, head = 1, n-1, last
+// step runs the model over n ≤ batch tokens at the current position. The
+// logits are computed for every token (all), or for the last (the last
+// chunk), or not at all.
+func (s *Session) step(ctx context.Context, tokens []int, want Want, all, last bool, out *ForwardOutput) (*StepResult, error) {
+	n, vocab := len(tokens), s.cfg.VocabSize
+	st := &Step{Seqs: []Seq{{Tokens: tokens, Pos: s.pos}}, Cache: s.cache}
+	rows, from := 0, 0
+	switch {
+	case all:
+		rows = n
+	case last:
+		rows, from = 1, n-1
 	}
-	enqueue := func() error { return s.enqueue(ctx, n, rows, from, head, out, hidden) }
-	// A decode step is the same every token: replayed where the backend
-	// can, and already queued where the greedy step before chained it.
-	r, replay := be.(StepReplayer)
-	replay = replay && n == 1 && !hidden && head
-	chainer, _ := be.(GreedyChainer)
-	if !replay || chainer == nil || !chainer.Chained(s, tokens, s.pos) {
-		if err := be.SetStep(tokens, s.pos); err != nil {
-			return fmt.Errorf("model: %s: %w", be.Name(), err)
-		}
-		var err error
-		if replay {
-			err = r.ReplayStep(s, enqueue)
-		} else {
-			err = enqueue()
-		}
-		if err != nil {
-			return err
-		}
+	if rows > 0 {
+		st.Logits, st.Vocab, st.Want = s.logits.Slice(0, rows*vocab), vocab, want
 	}
-	if !head {
-		s.pos += n
-		return be.Err()
+	// A step that reads the residual stream back midway, or ends without
+	// logits, differs from the decode step the session's key names.
+	hidden := out != nil && out.Hidden != nil
+	if !hidden && rows > 0 {
+		st.Key = stepKey{s, all}
 	}
-	if tk, ok := be.(TopKer); ok && out.topk > 0 {
-		cands, err := tk.TopK(s.logits, c.VocabSize, out.topk, out.temp)
-		if err != nil {
-			return fmt.Errorf("model: %s: top-k: %w", be.Name(), err)
-		}
-		out.cands = cands
-		s.pos += n
-		return nil
-	}
-	if am, ok := be.(Argmaxer); ok && out.greedy {
-		var next int
-		var err error
-		if replay && chainer != nil && s.pos+2 <= s.ctx {
-			// The next step, on this id, is queued before it comes back.
-			next, err = chainer.ChainGreedy(s, s.logits, c.VocabSize)
-		} else {
-			next, err = am.Argmax(s.logits, c.VocabSize)
-		}
-		if err != nil {
-			return fmt.Errorf("model: %s: argmax: %w", be.Name(), err)
-		}
-		out.next = next
-		s.pos += n
-		return nil
-	}
-	logits := make([]float32, rows*c.VocabSize)
-	if err := be.Read(logits, s.logits, 0); err != nil {
-		return fmt.Errorf("model: %s: read logits: %w", be.Name(), err)
-	}
-	if err := be.Err(); err != nil {
-		return fmt.Errorf("model: %s: %w", be.Name(), err)
-	}
-	out.Logits = append(out.Logits, logits...)
-	if out.greedy {
-		out.next = argmaxLogits(logits)
+	res, err := s.be.Step(ctx, st, func() error { return s.forward(ctx, n, from, rows, out) })
+	if err != nil {
+		return nil, fmt.Errorf("model: %s: %w", s.be.Name(), err)
 	}
 	s.pos += n
-	return nil
+	return res, nil
 }
 
-// enqueue queues the forward pass over the step's n tokens, from the
-// embeddings to the logits of rows rows from row from (none unless head).
-func (s *Session) enqueue(ctx context.Context, n, rows, from int, head bool, out *ForwardOutput, hidden bool) error {
+// stepKey names a session's steps that queue the same operations for the
+// same number of tokens: those with logits of the last token, or of all.
+type stepKey struct {
+	s   *Session
+	all bool
+}
+
+// forward queues the forward pass over the step's n tokens, from the
+// embeddings to the logits of rows rows from row from: a layer is
+// attention then the gated MLP, each around the residual stream x.
+func (s *Session) forward(ctx context.Context, n, from, rows int, out *ForwardOutput) error {
 	be, c := s.be, s.cfg
-	dim, qDim, ffn := c.HiddenSize, c.NumHeads*c.HeadDim, c.IntermediateSize
-	eps := float32(c.RMSNormEps)
-	shape := AttnShape{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
-		Window: c.SlidingWindow, Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))}
-	// Token embeddings (Gemma scales them by sqrt(hidden)).
-	scale := float32(1)
-	if c.EmbedScale {
-		scale = float32(math.Sqrt(float64(dim)))
-	}
-	be.Embed(s.x, s.embed, n, scale)
-	if err := s.keepHidden(out, 0, n, hidden); err != nil {
+	dim, qDim, kvDim, ffn := c.HiddenSize, c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim, c.IntermediateSize
+	x := s.x.Slice(0, n*dim)
+	q, k, v := s.qkv.Slice(0, n*qDim), s.qkv.Slice(n*qDim, n*kvDim), s.qkv.Slice(n*(qDim+kvDim), n*kvDim)
+	att, h := s.att.Slice(0, n*qDim), s.h.Slice(0, n*ffn)
+
+	be.Embed(x, s.embed, s.embedScale)
+	if err := s.keepHidden(out, 0, x); err != nil {
 		return err
 	}
-
-	// The residual stream is x, plus xb2 while pending: a product's output
-	// waits to be added with the next norm (one kernel where the backend
-	// fuses them, AddNormer). A backend that folds norms, gates and
-	// residual adds into the products (MatMulFuser, decode) leaves nothing
-	// pending and needs no norm, gate or add kernels at all.
-	an, addNormFused := be.(AddNormer)
-	fz, _ := be.(MatMulFuser)
-	if n != 1 {
-		fz = nil
-	}
-	fused := func(dst, x Buf, w Mat, f Fusion) bool { return fz != nil && fz.FusedMatMul(dst, x, w, f) }
-	normOf := func(w Mat, d int, plusOne bool) Fusion {
-		return Fusion{Norm: w, Dim: d, Eps: eps, PlusOne: plusOne}
-	}
-	pending := false
-	// norm makes xb the RMSNorm of the residual stream.
-	norm := func(w Mat) {
-		switch {
-		case pending && addNormFused:
-			an.AddRMSNorm(s.xb, s.x, s.xb2, w, n, dim, eps, c.NormPlusOne)
-		case pending:
-			be.Add(s.x, s.xb2, n*dim)
-			be.RMSNorm(s.xb, s.x, w, n, dim, eps, c.NormPlusOne)
-		default:
-			be.RMSNorm(s.xb, s.x, w, n, dim, eps, c.NormPlusOne)
-		}
-		pending = false
-	}
-	// normMatMul queues dst = w RMSNorm(residual) for each (dst, w) pair:
-	// one kernel each where the backend folds the norm in, else one norm
-	// and the products.
-	type product struct {
-		dst Buf
-		w   Mat
-	}
-	normMatMul := func(nw Mat, ps ...product) {
-		normed := false // xb holds this norm
-		for _, p := range ps {
-			if !pending && fused(p.dst, s.x, p.w, normOf(nw, dim, c.NormPlusOne)) {
-				continue
-			}
-			if !normed {
-				norm(nw)
-				normed = true
-			}
-			be.MatMul(p.dst, s.xb, p.w, n)
-		}
-	}
-	// flush adds a pending product to x.
-	flush := func() {
-		if pending {
-			be.Add(s.x, s.xb2, n*dim)
-			pending = false
-		}
-	}
-	ra, ropeAttn := be.(RopeAttender)
 	for l, w := range s.layers {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		// Attention: norm, q/k/v projections, rotary embeddings, attention
-		// over the cache, (BitNet: sub-norm), output projection, residual.
-		q, k, v := s.q, s.k, s.v
-		if n == 1 && w.qkv != nil && s.qkv != nil {
-			// Decode with fused weights: one product.
-			kvDim := c.NumKVHeads * c.HeadDim
-			normMatMul(w.attnNorm, product{s.qkv, w.qkv})
-			q, k, v = be.View(s.qkv, 0, qDim), be.View(s.qkv, qDim, kvDim), be.View(s.qkv, qDim+kvDim, kvDim)
-		} else {
-			normMatMul(w.attnNorm, product{q, w.wq}, product{k, w.wk}, product{v, w.wv})
-		}
-		if n == 1 && ropeAttn {
-			// the rotation of q and k inside the attention
-			ra.RopeAttention(s.att, q, k, v, s.cache, l, shape, s.invFreq)
-		} else {
-			be.Rope(q, n, c.NumHeads, c.HeadDim, s.invFreq)
-			be.Rope(k, n, c.NumKVHeads, c.HeadDim, s.invFreq)
-			be.Attention(s.att, q, k, v, s.cache, l, n, shape)
-		}
-		of := Fusion{Add: true}
-		if c.SubNorms {
-			of = normOf(w.attnSub, qDim, false)
-			of.Add = true
-		}
-		if !fused(s.x, s.att, w.wo, of) {
-			if c.SubNorms {
-				be.RMSNorm(s.att, s.att, w.attnSub, n, qDim, eps, false)
-			}
-			be.MatMul(s.xb2, s.att, w.wo, n)
-			pending = true
-		}
-
-		// Gated MLP: norm, act(gate) * up, (BitNet: sub-norm), down,
-		// residual.
-		// With the activation folded into the joined product (OutAct),
-		// gate already holds act(gate) * up.
-		gate, up, gated := s.gate, s.up, false
-		if n == 1 && w.gateUp != nil && s.gateUp != nil {
-			gate, up = be.View(s.gateUp, 0, ffn), be.View(s.gateUp, ffn, ffn)
-			gf := normOf(w.ffnNorm, dim, c.NormPlusOne)
-			gf.OutAct = c.Activation
-			if gated = !pending && fused(gate, s.x, w.gateUp, gf); !gated {
-				normMatMul(w.ffnNorm, product{s.gateUp, w.gateUp})
-			}
-		} else {
-			normMatMul(w.ffnNorm, product{gate, w.gate}, product{up, w.up})
-		}
-		df := Fusion{Add: true}
-		if c.SubNorms {
-			df = normOf(w.ffnSub, ffn, false)
-			df.Add = true
-		}
-		if !gated {
-			df.Act, df.Up = c.Activation, up
-		}
-		if !fused(s.x, gate, w.down, df) {
-			if !gated {
-				be.GLU(gate, gate, up, n*ffn, c.Activation)
-			}
-			if c.SubNorms {
-				be.RMSNorm(gate, gate, w.ffnSub, n, ffn, eps, false)
-			}
-			be.MatMul(s.xb2, gate, w.down, n)
-			pending = true
-		}
-		if hidden || l+1 == len(s.layers) {
-			flush()
-		}
-		if err := s.keepHidden(out, l+1, n, hidden); err != nil {
+		be.Linear(x, w.attnNorm, Output{Dst: q, W: w.wq}, Output{Dst: k, W: w.wk}, Output{Dst: v, W: w.wv})
+		be.Attention(att, q, k, v, s.cache, l, s.attn)
+		be.Linear(att, w.attnSub, Output{Dst: x, W: w.wo, Add: true})
+		be.Linear(x, w.ffnNorm, Output{Dst: h, W: w.gate, Up: w.up, Act: s.act})
+		be.Linear(h, w.ffnSub, Output{Dst: x, W: w.down, Add: true})
+		if err := s.keepHidden(out, l+1, x); err != nil {
 			return err
 		}
 	}
-
-	// Final norm and logits.
-	if !head {
-		return nil
+	if rows > 0 {
+		be.Linear(x.Slice(from*dim, rows*dim), s.norm, Output{Dst: s.logits.Slice(0, rows*c.VocabSize), W: s.output})
 	}
-	x := be.View(s.x, from*dim, rows*dim)
-	if rows == 1 && fused(s.logits, x, s.output, normOf(s.norm, dim, c.NormPlusOne)) {
-		return nil
-	}
-	xb := be.View(s.xb, 0, rows*dim)
-	be.RMSNorm(xb, x, s.norm, rows, dim, eps, c.NormPlusOne)
-	be.MatMul(s.logits, xb, s.output, rows)
 	return nil
 }
 
 // keepHidden copies the residual stream to the host when asked.
-func (s *Session) keepHidden(out *ForwardOutput, layer, n int, hidden bool) error {
-	if !hidden {
+func (s *Session) keepHidden(out *ForwardOutput, layer int, x Buf) error {
+	if out == nil || out.Hidden == nil {
 		return nil
 	}
-	h := make([]float32, n*s.cfg.HiddenSize)
-	if err := s.be.Read(h, s.x, 0); err != nil {
+	h := make([]float32, x.Len())
+	if err := s.be.Read(h, x); err != nil {
 		return fmt.Errorf("model: %s: read hidden state %d: %w", s.be.Name(), layer, err)
 	}
 	out.Hidden[layer] = append(out.Hidden[layer], h...)
 	return nil
-}
-
-// argmaxLogits is the index of the largest value (the first on ties).
-func argmaxLogits(x []float32) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return best
 }

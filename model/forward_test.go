@@ -3,10 +3,13 @@ package model
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
+	"lowbit/internal/fixture"
 	"lowbit/internal/testmodels"
 	"lowbit/quantize"
 )
@@ -151,4 +154,81 @@ func TestNextGreedy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestStepBatch runs two sequences in one step, each in its own cache
+// slot at its own positions, through the same forward pass a session
+// runs for one: every sequence's logits equal those it gets alone, for a
+// prompt step and for a decode step after it. (The pass reads positions
+// and slots from the step, so it is written once for any batch.)
+func TestStepBatch(t *testing.T) {
+	ctx := context.Background()
+	for _, arch := range []string{"LlamaForCausalLM", "GemmaForCausalLM", "BitNetForCausalLM"} {
+		t.Run(arch, func(t *testing.T) {
+			spec := fixture.Llama()
+			spec.Arch = arch
+			m, err := Load(ctx, writeFixture(t, spec), LoadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqs := [][]int{{1, 7, 8, 9}, {1, 20, 21}}
+			decode := []int{30, 40}
+			// Each alone: the prompt's logits, then the decode step's.
+			var want [][]float32
+			for i, p := range seqs {
+				s, err := m.NewSession(SessionOptions{Backend: NewCPU(1)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				out, err := s.ForwardAll(ctx, p, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				next, err := s.Forward(ctx, []int{decode[i]})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, out.Logits, next)
+			}
+			// Both in one step: a session whose cache holds two slots.
+			be := NewCPU(1)
+			s, err := m.NewSession(SessionOptions{Backend: be})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kvDim := m.Config.NumKVHeads * m.Config.HeadDim
+			if s.cache, err = be.NewCache(CacheShape{Layers: m.Config.NumLayers, Slots: 2, Positions: s.ctx, KVDim: kvDim}); err != nil {
+				t.Fatal(err)
+			}
+			vocab := m.Config.VocabSize
+			step := func(batch []Seq) []float32 {
+				n := 0
+				for _, q := range batch {
+					n += len(q.Tokens)
+				}
+				st := &Step{Seqs: batch, Cache: s.cache, Logits: s.logits.Slice(0, n*vocab), Vocab: vocab, Want: Want{Logits: true}}
+				res, err := be.Step(ctx, st, func() error { return s.forward(ctx, n, 0, n, nil) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res.Logits
+			}
+			got := step([]Seq{{Tokens: seqs[0], Slot: 0}, {Tokens: seqs[1], Slot: 1}})
+			got = append(got, step([]Seq{{Tokens: decode[:1], Pos: 4, Slot: 0}, {Tokens: decode[1:], Pos: 3, Slot: 1}})...)
+			wantAll := slices.Concat(want[0], want[2], want[1], want[3])
+			if !slices.Equal(got, wantAll) {
+				t.Fatalf("batched logits differ from each sequence's alone (relative L2 %.3g)", relL2(got, wantAll))
+			}
+		})
+	}
+}
+
+// relL2 is |a-b| / |b|.
+func relL2(a, b []float32) float64 {
+	var d, n float64
+	for i := range b {
+		d += (float64(a[i]) - float64(b[i])) * (float64(a[i]) - float64(b[i]))
+		n += float64(b[i]) * float64(b[i])
+	}
+	return math.Sqrt(d / n)
 }

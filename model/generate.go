@@ -69,7 +69,7 @@ func rate(n int, d time.Duration) float64 {
 }
 
 // sampleCandidates is how many of the most likely tokens a sampled step
-// asks the backend for (TopKer): enough for top-k, top-p and min-p on a
+// asks the backend for: enough for top-k, top-p and min-p on a
 // trained model's peaked distributions.
 const sampleCandidates = 256
 
@@ -98,9 +98,9 @@ func Generate(ctx context.Context, s *Session, prompt []int, opts GenerateOption
 	// Greedy decoding asks the session for the id alone: on a GPU the
 	// logits then stay on the device.
 	greedy := sampler.argmaxOnly()
-	// Sampling asks for the most likely candidates only where the
-	// backend finds them (TopKer), and reads every logit when they do not
-	// settle the choice.
+	// Sampling asks for the most likely candidates, found where the
+	// logits are, and reads every logit only when they do not settle the
+	// choice.
 	candidates := sampler.CandidateSampling()
 	var lp TokenLogprobs // the last step's, when OnLogprobs asks for them
 	next := func(tokens []int) (int, error) {
@@ -117,17 +117,18 @@ func Generate(ctx context.Context, s *Session, prompt []int, opts GenerateOption
 			return s.NextGreedy(ctx, tokens)
 		}
 		if candidates {
-			c, logits, err := s.NextCandidates(ctx, tokens, sampleCandidates, sampler.opts.Temperature)
+			c, err := s.NextCandidates(ctx, tokens, sampleCandidates, sampler.opts.Temperature)
 			if err != nil {
 				return 0, err
 			}
-			if c != nil {
+			if c.Exact {
 				if id, ok := sampler.PickCandidates(c.IDs, c.Logits, c.SumExp); ok {
 					return id, nil
 				}
-				if logits, err = s.LastLogits(); err != nil {
-					return 0, err
-				}
+			}
+			logits, err := s.LastLogits()
+			if err != nil {
+				return 0, err
 			}
 			return sampler.Sample(logits, history), nil
 		}

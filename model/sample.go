@@ -295,3 +295,33 @@ func argmax(x []float32) int {
 	}
 	return best
 }
+
+// TopCandidates are the k most likely of logits at temperature temp, in
+// Sample's order, with the softmax denominator over all of them: what a
+// step returns for Want.TopK, computed on the host (the CPU backend's
+// way, and the reference of a device's).
+func TopCandidates(logits []float32, k int, temp float32) *Candidates {
+	c := make([]cand, 0, len(logits))
+	for id, v := range logits {
+		if !math.IsNaN(float64(v)) {
+			c = append(c, cand{id, v})
+		}
+	}
+	out := &Candidates{Exact: true}
+	if len(c) == 0 {
+		return out
+	}
+	top := topCands(c, max(k, 1))
+	best := top[0].p
+	// The terms in id order, each rounded to float32 as Sample rounds it.
+	for _, v := range logits {
+		if !math.IsNaN(float64(v)) {
+			out.SumExp += float64(float32(math.Exp(float64((v - best) / temp))))
+		}
+	}
+	for _, x := range top[:min(k, len(top))] {
+		out.IDs = append(out.IDs, x.id)
+		out.Logits = append(out.Logits, x.p)
+	}
+	return out
+}

@@ -380,18 +380,26 @@ func BackendProduct(b model.Backend, t *quantize.Tensor, x []float32, n int) ([]
 	if err != nil {
 		return nil, err
 	}
+	cache, err := b.NewCache(model.CacheShape{Layers: 1, Slots: 1, Positions: n, KVDim: 1})
+	if err != nil {
+		return nil, err
+	}
 	ids := make([]int, n)
 	for i := range ids {
 		ids[i] = i
 	}
-	if err := b.SetStep(ids, 0); err != nil {
+	st := &model.Step{Seqs: []model.Seq{{Tokens: ids}}, Cache: cache}
+	_, err = b.Step(context.Background(), st, func() error {
+		b.Embed(xb, table[0], 1)
+		b.Linear(xb, model.Norm{}, model.Output{Dst: yb, W: w[0]})
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	b.Embed(xb, table, n, 1)
-	b.MatMul(yb, xb, w, n)
 	y := make([]float32, n*t.Rows)
-	if err := b.Read(y, yb, 0); err != nil {
+	if err := b.Read(y, yb); err != nil {
 		return nil, err
 	}
-	return y, b.Err()
+	return y, nil
 }
