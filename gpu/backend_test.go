@@ -406,10 +406,10 @@ func TestBackendFlatKernels(t *testing.T) {
 	m := fixtureModel(t, spec, quantize.TQ2)
 	flat, fb := newGPUSession(t, d, m, 64, 4)
 	rows, _ := newGPUSession(t, d, m, 64, 4)
-	mode := func(k int) { d.do(func() error { d.matvecMode = k; return nil }) }
-	forward := func(s *model.Session, k int, tok []int) []float32 {
+	mode := func(k matvecKernel) { d.do(func() error { d.matvecMode = k; return nil }) }
+	forward := func(s *model.Session, k matvecKernel, tok []int) []float32 {
 		mode(k)
-		defer mode(0) // (t.Fatal too runs it)
+		defer mode(matvecKernel{}) // (t.Fatal too runs it)
 		l, err := s.Forward(t.Context(), tok)
 		if err != nil {
 			t.Fatal(err)
@@ -418,7 +418,7 @@ func TestBackendFlatKernels(t *testing.T) {
 	}
 	tok := []int{3}
 	for step := 0; step < 12; step++ {
-		a, b := forward(flat, 0, tok), forward(rows, matvecS1W16, tok)
+		a, b := forward(flat, matvecKernel{}, tok), forward(rows, matvecS1W16, tok)
 		if e := relL2Of(a, b); !(e < 1e-5) {
 			t.Fatalf("step %d: flat kernels' logits off the row-loop kernels' by relative L2 %.3g", step, e)
 		}
@@ -428,10 +428,10 @@ func TestBackendFlatKernels(t *testing.T) {
 		t.Fatal("no joined q/k/v or gate/up weights")
 	}
 	for _, w := range fb.joined {
-		var k int
+		var k matvecKernel
 		d.do(func() error { k = d.kernelFor(w, matvecOpts{act: -1, int8: true}); return nil })
-		if k != matvecFlat {
-			t.Errorf("fused %dx%d weight takes kernel %d, not the flat one", w.Rows, w.Cols, k)
+		if k.kind != kindFlat {
+			t.Errorf("joined %dx%d weight takes kernel %s, not a flat one", w.Rows, w.Cols, k)
 		}
 	}
 }

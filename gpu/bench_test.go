@@ -69,22 +69,23 @@ func BenchmarkMatVec(b *testing.B) {
 		name string
 		f    quantize.Format
 		act  Activations
-		mode int // fixed kernel (see Device.matvecMode; 0: chosen by shape)
+		k    matvecKernel // fixed kernel (see Device.matvecMode; zero: chosen by shape)
 	}
 	variants := []variant{
-		{"f16", quantize.F16, ActFloat, 0}, {"q8", quantize.Q8, ActFloat, 0}, {"q8-a8", quantize.Q8, ActInt8, 0},
-		{"q4", quantize.Q4, ActFloat, 0}, {"q2", quantize.Q2, ActFloat, 0}, {"q1", quantize.Q1, ActFloat, 0},
-		{"q1-bin", quantize.Q1, ActBinary, 0}, {"tq2", quantize.TQ2, ActFloat, 0}, {"tq2-a8", quantize.TQ2, ActInt8, 0},
-		{"tq2-i8", quantize.TQ2, actStagedInt8, 0},
+		{"f16", quantize.F16, ActFloat, matvecKernel{}}, {"q8", quantize.Q8, ActFloat, matvecKernel{}},
+		{"q8-a8", quantize.Q8, ActInt8, matvecKernel{}}, {"q4", quantize.Q4, ActFloat, matvecKernel{}},
+		{"q2", quantize.Q2, ActFloat, matvecKernel{}}, {"q1", quantize.Q1, ActFloat, matvecKernel{}},
+		{"q1-bin", quantize.Q1, ActBinary, matvecKernel{}}, {"tq2", quantize.TQ2, ActFloat, matvecKernel{}},
+		{"tq2-a8", quantize.TQ2, ActInt8, matvecKernel{}}, {"tq2-i8", quantize.TQ2, actStagedInt8, matvecKernel{}},
 	}
 	sweep := []variant{}
 	for _, f := range []quantize.Format{quantize.F16, quantize.Q8, quantize.Q4, quantize.Q2} {
-		for _, k := range append([]int{matvecPlain}, matvecKernels...) {
-			sweep = append(sweep, variant{fmt.Sprintf("%s-kernel%d", f, k), f, ActFloat, k})
+		for _, k := range append([]matvecKernel{matvecPlain}, matvecKernels...) {
+			sweep = append(sweep, variant{fmt.Sprintf("%s-kernel-%s", f, k), f, ActFloat, k})
 		}
 	}
 	for _, k := range matvecKernels {
-		sweep = append(sweep, variant{fmt.Sprintf("tq2-i8-kernel%d", k), quantize.TQ2, actStagedInt8, k})
+		sweep = append(sweep, variant{fmt.Sprintf("tq2-i8-kernel-%s", k), quantize.TQ2, actStagedInt8, k})
 	}
 	for _, sh := range benchShapes {
 		vs := variants
@@ -160,8 +161,8 @@ func BenchmarkMatVec(b *testing.B) {
 						return err
 					}
 					defer d.pool.release(y)
-					d.matvecMode = v.mode
-					defer func() { d.matvecMode = 0 }()
+					d.matvecMode = v.k
+					defer func() { d.matvecMode = matvecKernel{} }()
 					run := func() error {
 						for _, m := range ms {
 							if err := d.product(m, v.act, x, y); err != nil {

@@ -53,10 +53,9 @@ type Device struct {
 	// (tests force a block to loop over several row groups; benchmarks
 	// sweep it).
 	matvecGrid int
-	// matvecMode, when non-zero, forces the matvec kernel (a matvecPlain,
-	// matvecFlat or matvecS* mode: tests and benchmarks; 0 chooses by
-	// shape, matvecKernel).
-	matvecMode int
+	// matvecMode, when set, forces the matvec kernel (tests and
+	// benchmarks; the zero value chooses by shape, matvecTable).
+	matvecMode matvecKernel
 	// sharedSet records the dynamic shared memory each kernel may use.
 	sharedSet map[string]int
 	// threadsOf caches each kernel's largest block (maxThreads).

@@ -103,14 +103,134 @@ func FuzzParsePTXHash(f *testing.F) {
 	})
 }
 
+// TestMatvecKernelChoice pins the kernel each decode product of the
+// benchmark models takes (matvecTable and kernelFor), so a change to the
+// table shows as the shapes it moves. want names the kernels, without
+// matvec_<format>_, of f32, f16, q8, q4, q2, q1, tq2 with int8 x (as
+// BitNet runs it) and tq2 with float x; gated those of the same product
+// with the gated output, "-" where it cannot take it.
+func TestMatvecKernelChoice(t *testing.T) {
+	formats := []quantize.Format{quantize.F32, quantize.F16, quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1, quantize.TQ2, quantize.TQ2}
+	d := &Device{maxShared: 227 << 10} // an H100's or H200's shared memory a block
+	for _, tc := range []struct {
+		name        string
+		rows, cols  int
+		want, gated string
+	}{
+		{"tinyllama q/k/v", 2560, 2048, "64 64 s1w16 s2w8 s2w8 s2w8 flat32 s1w16", "- - s1w16g - - - flat32g -"},
+		{"tinyllama q, o", 2048, 2048, "64 64 s1w16 s2w8 s2w8 s2w8 flat32 s1w16", "- - s1w16g - - - flat32g -"},
+		{"tinyllama k, v", 256, 2048, "64 64 s1w32k2 s1w32k2 s2w8 s2w8 flat32 s1w32k2", "- - - - - - flat32g -"},
+		{"tinyllama gate/up", 11264, 2048, "64 64 s1w16 s4w4 s4w4 s4w4 flat32 s4w4", "- - s1w16g s4w4g - - flat32g -"},
+		{"tinyllama gate, up", 5632, 2048, "64 64 s1w16 s2w8 s2w8 s2w8 flat32 s1w16", "- - s1w16g - - - flat32g -"},
+		{"tinyllama down", 2048, 5632, "128 128 s1w32k2 s1w32k2 s2w8 s2w8 s1w32k2 s1w32k2", "- - - - - - - -"},
+		{"tinyllama head", 32000, 2048, "64 64 s1w16 s4w4 s4w4 s4w4 flat32 s4w4", "- - s1w16g s4w4g - - flat32g -"},
+		{"llama7b q/k/v", 12288, 4096, "128 128 s1w16 s1w32 s4w4 s4w4 flat64 s4w4", "- - s1w16g s2w16g - - flat64g -"},
+		{"llama7b q, k, v, o", 4096, 4096, "128 128 s1w16 s1w32 s2w8 s2w8 flat64 s1w16", "- - s1w16g s2w16g - - flat64g -"},
+		{"llama7b gate/up", 22016, 4096, "128 128 s1w16 s1w32 s4w4 s4w4 flat64 s4w4", "- - s1w16g s2w16g - - flat64g -"},
+		{"llama7b gate, up", 11008, 4096, "128 128 s1w16 s1w32 s4w4 s4w4 flat64 s4w4", "- - s1w16g s2w16g - - flat64g -"},
+		{"llama7b down", 4096, 11008, "128 128 s1w32k2 s1w32 s2w8 s2w8 s1w32k2 s1w32k2", "- - - s2w16g - - - -"},
+		{"llama7b head", 32000, 4096, "128 128 s1w16 s1w32 s4w4 s4w4 flat64 s4w4", "- - s1w16g s2w16g - - flat64g -"},
+		{"bitnet2b q/k/v", 3840, 2560, "128 128 s1w16 s2w8 s2w8 s2w8 flat40 s1w16", "- - s1w16g - - - flat40g -"},
+		{"bitnet2b q, o", 2560, 2560, "128 128 s1w16 s2w8 s2w8 s2w8 flat40 s1w16", "- - s1w16g - - - flat40g -"},
+		{"bitnet2b k, v", 640, 2560, "128 128 s1w32k2 s1w32k2 s2w8 s2w8 flat40 s1w32k2", "- - - - - - flat40g -"},
+		{"bitnet2b gate/up", 13824, 2560, "128 128 s1w16 s4w4 s4w4 s4w4 flat40 s4w4", "- - s1w16g s4w4g - - flat40g -"},
+		{"bitnet2b gate, up", 6912, 2560, "128 128 s1w16 s2w8 s2w8 s2w8 flat40 s1w16", "- - s1w16g - - - flat40g -"},
+		{"bitnet2b down", 2560, 6912, "128 128 s1w32k2 s1w32k2 s2w8 s2w8 flat108 s1w32k2", "- - - - - - - -"},
+		{"bitnet2b head", 128256, 2560, "128 128 s2w8 s4w4 s4w4 s4w4 flat40 s4w4", "- - - s4w4g - - flat40g -"},
+	} {
+		want, gated := strings.Fields(tc.want), strings.Fields(tc.gated)
+		if len(want) != len(formats) || len(gated) != len(formats) {
+			t.Fatalf("%s: %d and %d kernels for %d formats", tc.name, len(want), len(gated), len(formats))
+		}
+		for i, f := range formats {
+			qt := &quantize.Tensor{Format: f, Rows: tc.rows, Cols: tc.cols, GroupSize: f.DefaultGroupSize()}
+			m := &Matrix{Format: f, Rows: tc.rows, Cols: tc.cols, GroupSize: qt.GroupSize, rowBytes: qt.RowBytes()}
+			int8 := f == quantize.TQ2 && i < len(formats)-1
+			o := matvecOpts{act: -1, int8: int8}
+			if got := d.kernelFor(m, o).name(m, false); got != "matvec_"+string(f)+"_"+want[i] {
+				t.Errorf("%s %s [%d, %d] (int8 x %v): kernel %s, want matvec_%s_%s", tc.name, f, tc.rows, tc.cols, int8, got, f, want[i])
+			}
+			o.gated = true
+			got := "-"
+			if d.canFuse(m, o) {
+				got = strings.TrimPrefix(d.kernelFor(m, o).name(m, true), "matvec_"+string(f)+"_")
+			}
+			if got != gated[i] {
+				t.Errorf("%s %s [%d, %d] (int8 x %v), gated output: kernel %s, want %s", tc.name, f, tc.rows, tc.cols, int8, got, gated[i])
+			}
+		}
+	}
+}
+
+// TestMatvecKernelsBuilt checks that every kernel the host may launch for
+// a decode product is in the PTX of both architectures: matvecTable's and
+// the sweeps' (matvecKernels) for every format, the gated ones of
+// matvecGated, the flat ones of flatKernels.
+func TestMatvecKernelsBuilt(t *testing.T) {
+	exp, err := readExperiments()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, arch := range []string{"sm80", "sm90"} {
+		ptx, err := readPTX("matvec", arch, exp.ptxDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries := map[string]bool{}
+		for _, m := range regexp.MustCompile(`\.entry ([A-Za-z0-9_]+)\(`).FindAllStringSubmatch(string(ptx), -1) {
+			entries[m[1]] = true
+		}
+		want := map[string]bool{}
+		for _, f := range []quantize.Format{quantize.F32, quantize.F16, quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1, quantize.TQ2} {
+			m := &Matrix{Format: f, Cols: 4096}
+			for _, e := range matvecTable {
+				if e.format == f || e.format == "" {
+					want[e.kernel.name(m, false)] = true
+				}
+				if e.format == f && e.gated != (matvecKernel{}) {
+					want[e.gated.name(m, true)] = true
+				}
+			}
+			for _, k := range matvecKernels {
+				want[k.name(m, false)] = true
+			}
+			for _, k := range matvecGated[f] {
+				want[k.name(m, true)] = true
+			}
+			for _, cols := range []int{32, 64, 128} {
+				m.Cols = cols * 32
+				want[matvecPlain.name(m, false)] = true
+			}
+		}
+		for _, k := range flatKernels {
+			m := &Matrix{Format: quantize.TQ2, Cols: 64 * k.chunks}
+			fk, gated, ok := flatKernelOf(m)
+			if !ok || gated != k.gated {
+				t.Errorf("flatKernelOf(tq2 [, %d]) = %v, %v, %v", m.Cols, fk, gated, ok)
+				continue
+			}
+			want[fk.name(m, false)] = true
+			if gated {
+				want[fk.name(m, true)] = true
+			}
+		}
+		for name := range want {
+			if !entries[name] {
+				t.Errorf("%s: matvec.%s.ptx has no kernel %s", name, arch, name)
+			}
+		}
+	}
+}
+
 // TestGatedKernel checks which kernels say they have a gated output: the
 // flat tq2 kernels but the down projections' (6912 weights a row), and the
 // MATVECG list of matvec.cu.
 func TestGatedKernel(t *testing.T) {
 	for _, tc := range []struct {
-		f          quantize.Format
-		cols, mode int
-		want       bool
+		f    quantize.Format
+		cols int
+		k    matvecKernel
+		want bool
 	}{
 		{quantize.TQ2, 2560, matvecFlat, true},
 		{quantize.TQ2, 6912, matvecFlat, false},
@@ -122,23 +242,28 @@ func TestGatedKernel(t *testing.T) {
 		{quantize.F16, 2048, matvecS4W4, false},
 	} {
 		m := &Matrix{Format: tc.f, Rows: 64, Cols: tc.cols}
-		if got := gatedKernel(m, tc.mode); got != tc.want {
-			t.Errorf("gatedKernel(%s [64, %d], mode %d) = %v, want %v", tc.f, tc.cols, tc.mode, got, tc.want)
+		if got := gatedKernel(m, tc.k); got != tc.want {
+			t.Errorf("gatedKernel(%s [64, %d], %s) = %v, want %v", tc.f, tc.cols, tc.k, got, tc.want)
 		}
 	}
 }
 
 // TestFlatKernels checks flatKernels against the MATVEC_FLAT lines of
 // matvec.cu: the same NCH, rows a warp and gated twins (with the rows of
-// their plain kernel), so the host launches what the PTX holds.
+// their plain kernel), so the host launches what the PTX holds. (The rows
+// a warp are in no PTX name: TestMatvecKernelsBuilt cannot see them.)
 func TestFlatKernels(t *testing.T) {
 	src, err := kernelFS.ReadFile("kernels/matvec.cu")
 	if err != nil {
 		t.Fatal(err)
 	}
+	type flat struct {
+		rows  int
+		gated bool
+	}
 	line := regexp.MustCompile(`(?m)^MATVEC_FLAT.*$`)
 	call := regexp.MustCompile(`MATVEC_FLAT\((\d+), (\d+), (true|false), \w*, \d+, \d+\)`)
-	built := map[int]flatKernel{}
+	built := map[int]flat{}
 	gatedRows := map[int]int{}
 	for _, l := range line.FindAllString(string(src), -1) {
 		for _, c := range call.FindAllStringSubmatch(l, -1) {
@@ -148,7 +273,7 @@ func TestFlatKernels(t *testing.T) {
 				gatedRows[nch] = rows
 				continue
 			}
-			built[nch] = flatKernel{rows: rows}
+			built[nch] = flat{rows: rows}
 		}
 	}
 	for nch, rows := range gatedRows {
@@ -159,8 +284,12 @@ func TestFlatKernels(t *testing.T) {
 		k.gated = true
 		built[nch] = k
 	}
-	if fmt.Sprint(built) != fmt.Sprint(flatKernels) {
-		t.Errorf("matvec.cu builds flat kernels %v, flatKernels says %v", built, flatKernels)
+	listed := map[int]flat{}
+	for _, k := range flatKernels {
+		listed[k.chunks] = flat{k.rows, k.gated}
+	}
+	if fmt.Sprint(built) != fmt.Sprint(listed) {
+		t.Errorf("matvec.cu builds flat kernels %v, flatKernels says %v", built, listed)
 	}
 }
 
@@ -334,19 +463,23 @@ func TestMatVec(t *testing.T) {
 				}
 				// Every kernel variant, and blocks of the fast kernel looping
 				// over several row groups.
-				variants := []struct{ mode, grid int }{{matvecPlain, 0}, {matvecS2W4, 1}, {matvecS4W4, 3}, {matvecS1W16, 2}, {matvecS1W16K2, 2}, {matvecS1W32K2, 3}}
+				type variant struct {
+					k    matvecKernel
+					grid int
+				}
+				variants := []variant{{matvecPlain, 0}, {matvecS2W4, 1}, {matvecS4W4, 3}, {matvecS1W16, 2}, {matvecS1W16K2, 2}, {matvecS1W32K2, 3}}
 				for _, k := range matvecKernels {
-					variants = append(variants, struct{ mode, grid int }{k, 0})
+					variants = append(variants, variant{k, 0})
 				}
 				for _, v := range variants {
-					d.do(func() error { d.matvecMode, d.matvecGrid = v.mode, v.grid; return nil })
+					d.do(func() error { d.matvecMode, d.matvecGrid = v.k, v.grid; return nil })
 					y, err := d.MatVecAct(m, x, ActFloat)
-					d.do(func() error { d.matvecMode, d.matvecGrid = 0, 0; return nil })
+					d.do(func() error { d.matvecMode, d.matvecGrid = matvecKernel{}, 0; return nil })
 					if err != nil {
 						t.Fatal(err)
 					}
 					if e := relL2(ref, y); e > tol {
-						t.Errorf("float activations, kernel %d, grid %d: relative L2 %.3g", v.mode, v.grid, e)
+						t.Errorf("float activations, kernel %s, grid %d: relative L2 %.3g", v.k, v.grid, e)
 					}
 				}
 				// int8 and binary activations where the format has them.

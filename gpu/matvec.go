@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"slices"
 
 	"lowbit/half"
 	"lowbit/quantize"
@@ -200,46 +201,244 @@ func (o matvecOpts) fused() bool {
 	return o.act >= 0 || o.norm.ptr != 0 || o.accum || o.int8 || o.gated
 }
 
-// gatedKernel says whether matvec.cu has a gated-output kernel for m's
-// format in kernel mode (MATVECG; the flat kernels flatKernels marks).
-func gatedKernel(m *Matrix, mode int) bool {
-	switch m.Format {
-	case quantize.Q4:
-		return mode == matvecS4W4 || mode == matvecS1W16 || mode == matvecS2W16
-	case quantize.Q8:
-		return mode == matvecS4W4 || mode == matvecS1W16
-	case quantize.TQ2:
-		return mode == matvecS4W4 || mode == matvecS1W16 || mode == matvecFlat && flatKernels[flatChunks(m)].gated
+// matvecKind is a family of matrix-vector kernels of matvec.cu.
+type matvecKind uint8
+
+const (
+	// kindPlain is matvec_<fmt>_<threads>: x read from global memory, a
+	// block for every 4 rows; it takes any row.
+	kindPlain matvecKind = iota + 1
+	// kindShared is matvec_<fmt>_s<rows>w<warps>[k<split>][g]: x staged in
+	// shared memory (with the fused steps), a persistent grid as large as
+	// the GPU holds at once, 16-byte loads of weights a chunk ahead.
+	kindShared
+	// kindFlat is matvec_<fmt>_flat<chunks>[g] (tq2 only, matvec_flat in
+	// matvec.cu): int8 x, rows short enough that every chunk of a warp's
+	// rows is requested before the kernel waits for x.
+	kindFlat
+)
+
+// matvecKernel is one matrix-vector kernel of matvec.cu, of any format
+// (name adds the format). Its zero value is none: Device.matvecMode's
+// "chosen by shape".
+type matvecKernel struct {
+	kind   matvecKind
+	rows   int // rows a warp (shared and flat kernels)
+	warps  int // warps a block (shared kernels; a flat kernel's are its launch bounds, Device.maxThreads)
+	split  int // warps a row (shared kernels: 1, or 2 for long rows)
+	chunks int // a flat kernel's row length, in 16-byte chunks (NCH; 0: the one m's rows take, flatKernelOf)
+}
+
+// The matvec kernels by name: matvecFlat stands for whichever flat kernel
+// a matrix's row length has (kernelFor resolves it); the shared-memory
+// ones are built for every format (MATVEC_ALL in matvec.cu) but
+// matvecS2W16, built with the gated output only (matvecGated).
+var (
+	matvecPlain   = matvecKernel{kind: kindPlain}
+	matvecFlat    = matvecKernel{kind: kindFlat}
+	matvecS4W4    = matvecKernel{kind: kindShared, rows: 4, warps: 4, split: 1}
+	matvecS2W4    = matvecKernel{kind: kindShared, rows: 2, warps: 4, split: 1}
+	matvecS2W8    = matvecKernel{kind: kindShared, rows: 2, warps: 8, split: 1}
+	matvecS1W8    = matvecKernel{kind: kindShared, rows: 1, warps: 8, split: 1}
+	matvecS1W16   = matvecKernel{kind: kindShared, rows: 1, warps: 16, split: 1}
+	matvecS1W32   = matvecKernel{kind: kindShared, rows: 1, warps: 32, split: 1}
+	matvecS2W16   = matvecKernel{kind: kindShared, rows: 2, warps: 16, split: 1}
+	matvecS1W16K2 = matvecKernel{kind: kindShared, rows: 1, warps: 16, split: 2}
+	matvecS1W32K2 = matvecKernel{kind: kindShared, rows: 1, warps: 32, split: 2}
+)
+
+// matvecKernels lists the shared-memory kernels matvec.cu builds for every
+// format (MATVEC_ALL; tests and benchmarks sweep them).
+var matvecKernels = []matvecKernel{matvecS4W4, matvecS2W4, matvecS2W8, matvecS1W8, matvecS1W16, matvecS1W32, matvecS1W16K2, matvecS1W32K2}
+
+// matvecGated lists, by format, the shared-memory kernels built with the
+// gated output too (MATVECG in matvec.cu): those the table below picks for
+// the formats' gate/up products.
+var matvecGated = map[quantize.Format][]matvecKernel{
+	quantize.Q8:  {matvecS4W4, matvecS1W16},
+	quantize.Q4:  {matvecS4W4, matvecS1W16, matvecS2W16},
+	quantize.TQ2: {matvecS4W4, matvecS1W16},
+}
+
+// name is k's kernel in matvec.cu for m's format (matvec_<fmt>_ and
+// String, the plain kernel's block size threadsFor m's rows), with the
+// gated output's suffix when gated.
+func (k matvecKernel) name(m *Matrix, gated bool) string {
+	if k.kind == kindPlain {
+		return fmt.Sprintf("matvec_%s_%d", m.Format, threadsFor(m.blocks()))
 	}
-	return false
+	name := fmt.Sprintf("matvec_%s_%s", m.Format, k)
+	if gated {
+		name += "g"
+	}
+	return name
 }
 
-// flatKernel is one matvec_tq2_flat<nch> of matvec.cu (a MATVEC_FLAT
-// line): rows a warp, and whether it has a gated twin (suffix g, taking
-// half as many pairs a warp). Its warps a block are its launch bounds
-// (Device.maxThreads).
-type flatKernel struct {
-	rows  int
-	gated bool
+// String names k as matvec.cu's kernel names end, without the format:
+// plain, flat<chunks> (flat where not resolved to a row length), or
+// s<rows>w<warps>[k<split>].
+func (k matvecKernel) String() string {
+	switch k.kind {
+	case kindPlain:
+		return "plain"
+	case kindFlat:
+		if k.chunks == 0 {
+			return "flat"
+		}
+		return fmt.Sprintf("flat%d", k.chunks)
+	case kindShared:
+		s := fmt.Sprintf("s%dw%d", k.rows, k.warps)
+		if k.split > 1 {
+			s += fmt.Sprintf("k%d", k.split)
+		}
+		return s
+	}
+	return "none"
 }
 
-// flatKernels are the flat kernels built, by NCH (rows of NCH 16-byte
-// chunks, 64*NCH weights); TestFlatKernels checks them against matvec.cu.
-var flatKernels = map[int]flatKernel{
-	32: {4, true}, 40: {4, true}, 48: {4, true}, 64: {4, true},
-	108: {2, false}, // BitNet's down projection
+// shapeClass is a set of shape classes: what the choice of a kernel
+// depends on in a matrix's shape. A shape may be in several (a head is
+// tall too); shapeClasses gives a shape's.
+type shapeClass uint8
+
+const (
+	// classLarge: rows and columns 4096 or more (Llama-2-7B's products).
+	classLarge shapeClass = 1 << iota
+	// classWide: rows more than twice as long as the matrix is tall (the
+	// down projections).
+	classWide
+	// classHead: 65536 rows or more (the heads of large vocabularies).
+	classHead
+	// classLong: rows of 4096 weights or more.
+	classLong
+	// classTall: 8192 rows or more.
+	classTall
+	// classAny holds every shape: a format's default.
+	classAny shapeClass = 0
+)
+
+// shapeClasses is the set of classes a [rows, cols] matrix is in.
+func shapeClasses(rows, cols int) shapeClass {
+	var c shapeClass
+	if rows >= 4096 && cols >= 4096 {
+		c |= classLarge
+	}
+	if cols > 2*rows {
+		c |= classWide
+	}
+	if rows >= 65536 {
+		c |= classHead
+	}
+	if cols >= 4096 {
+		c |= classLong
+	}
+	if rows >= 8192 {
+		c |= classTall
+	}
+	return c
 }
 
-// flatChunks is NCH of the matvec_tq2_flat kernel m's rows take, or 0
-// where none is built for their length.
-func flatChunks(m *Matrix) int {
+// matvecTable chooses the kernel of a product by format and shape class:
+// the first entry of the matrix's format (or of every format, format "")
+// whose class holds its shape; a format's classAny entry is its default.
+// gated, where set, takes the product with the gated output instead. The
+// entries were chosen by sweeping BenchmarkMatVec and decode on the
+// benchmark models' shapes (TinyLlama-1.1B, Llama-2-7B, BitNet-2B-4T);
+// other shapes get a correct kernel, not necessarily the fastest.
+// (kernelFor sends tq2 products with int8 x to the flat kernel where its
+// row length has one, whatever the table says.)
+var matvecTable = []struct {
+	format quantize.Format
+	class  shapeClass
+	kernel matvecKernel
+	gated  matvecKernel
+}{
+	// A float row's 32-weight block already gives each thread 64 bytes or
+	// more to load: staging x in shared memory buys nothing.
+	{quantize.F32, classAny, matvecPlain, matvecKernel{}},
+	{quantize.F16, classAny, matvecPlain, matvecKernel{}},
+	// Long rows on many of them: one row keeps a warp's loads in flight,
+	// and 32 warps, one block an SM, stage x once an SM. The gated output
+	// pairs gate row i with up row i: two rows a warp keep a pair in one
+	// warp, where one row a warp would need a block barrier a row group.
+	{quantize.Q4, classLarge, matvecS1W32, matvecS2W16},
+	// Down projections: two warps a row, 32 warps a block, so a matrix of
+	// few rows still gives the GPU enough warps.
+	{quantize.Q4, classWide, matvecS1W32K2, matvecKernel{}},
+	{quantize.Q8, classWide, matvecS1W32K2, matvecKernel{}},
+	{quantize.TQ2, classWide, matvecS1W32K2, matvecKernel{}},
+	// Rows long enough to keep one warp busy: one row a warp, 16 warps.
+	{quantize.Q4, classLong, matvecS1W16, matvecKernel{}},
+	// A head's rows fill the GPU many times over: two rows a warp read
+	// each staged x value once for both, and 8 warps a block keep several
+	// blocks an SM.
+	{quantize.Q8, classHead, matvecS2W8, matvecKernel{}},
+	// q8's blocks are the largest quantized ones: one row a warp has
+	// enough bytes in flight, and 16 warps a block give the most warps.
+	{quantize.Q8, classAny, matvecS1W16, matvecKernel{}},
+	// Ternary rows are few bytes: a tall matrix has warps enough with 4
+	// rows a warp, each reading its x once for 4 rows; below 8192 rows, one
+	// row a warp and 16 warps give more warps to hide latency.
+	{quantize.TQ2, classTall, matvecS4W4, matvecKernel{}},
+	{quantize.TQ2, classAny, matvecS1W16, matvecKernel{}},
+	// The rest (q4, q2, q1): 4 rows a warp and 4 warps on tall matrices,
+	// which have rows enough for every warp; on the others 2 rows a warp
+	// and 8 warps a block, where fewer rows a warp give more warps to hide
+	// latency.
+	{"", classTall, matvecS4W4, matvecKernel{}},
+	{"", classAny, matvecS2W8, matvecKernel{}},
+}
+
+// tableKernel is matvecTable's kernel for format f and a [rows, cols]
+// matrix, with the gated output when gated.
+func tableKernel(f quantize.Format, rows, cols int, gated bool) matvecKernel {
+	c := shapeClasses(rows, cols)
+	for _, e := range matvecTable {
+		if (e.format == f || e.format == "") && c&e.class == e.class {
+			if gated && e.gated != (matvecKernel{}) {
+				return e.gated
+			}
+			return e.kernel
+		}
+	}
+	return matvecPlain // unreachable: the table ends in every format's default
+}
+
+// flatKernels are the flat kernels matvec.cu builds (its MATVEC_FLAT
+// lines; TestFlatKernels checks them against it): rows of chunks 16-byte
+// chunks (64*chunks weights), rows a warp, and whether a gated twin is
+// built (suffix g, taking half as many pairs a warp). Their warps a block
+// are their launch bounds (Device.maxThreads).
+var flatKernels = []struct {
+	chunks, rows int
+	gated        bool
+}{
+	{32, 4, true}, {40, 4, true}, {48, 4, true}, {64, 4, true},
+	{108, 2, false}, // BitNet's down projection
+}
+
+// flatKernelOf is the flat kernel m's rows take and whether it has a gated
+// twin; ok is false where none is built for their length.
+func flatKernelOf(m *Matrix) (k matvecKernel, gated, ok bool) {
 	if m.Format != quantize.TQ2 || m.blocks()%2 != 0 {
-		return 0
+		return matvecKernel{}, false, false
 	}
-	if _, ok := flatKernels[m.blocks()/2]; ok {
-		return m.blocks() / 2
+	for _, f := range flatKernels {
+		if f.chunks == m.blocks()/2 {
+			return matvecKernel{kind: kindFlat, rows: f.rows, chunks: f.chunks}, f.gated, true
+		}
 	}
-	return 0
+	return matvecKernel{}, false, false
+}
+
+// gatedKernel says whether matvec.cu has kernel k with the gated output
+// for m's format (matvecGated; a flat kernel's twin, flatKernels).
+func gatedKernel(m *Matrix, k matvecKernel) bool {
+	if k.kind == kindFlat {
+		_, gated, ok := flatKernelOf(m)
+		return ok && gated
+	}
+	return slices.Contains(matvecGated[m.Format], k)
 }
 
 // canFuse says whether m's product can take o's fused steps: it needs one
@@ -249,36 +448,35 @@ func (d *Device) canFuse(m *Matrix, o matvecOpts) bool {
 	if o.int8 != m.Format.Spec().Int8Activations || (o.act >= 0 && o.norm.ptr != 0 && !o.int8) {
 		return false
 	}
-	mode := d.kernelFor(m, o)
-	if o.gated && (d.exp.noGated || m.Rows%2 != 0 || o.accum || !gatedKernel(m, mode)) {
+	k := d.kernelFor(m, o)
+	if o.gated && (d.exp.noGated || m.Rows%2 != 0 || o.accum || !gatedKernel(m, k)) {
 		return false
 	}
-	return mode != matvecPlain
+	return k.kind != kindPlain
 }
 
-// kernelFor is the matvec kernel m's product with o runs: the one the
-// shape asks for (matvecKernel, or Device.matvecMode; unless forced, tq2
-// with int8 x on rows of 2048-4096 or 6912 weights takes the flat kernel, and a
-// gated output two rows a warp where the shape asks for one row and 32
-// warps), or the plain one where m's rows do not suit the shared-memory
-// kernels: 16-byte aligned, whole chunks, x fitting in shared memory
-// (device thread).
-func (d *Device) kernelFor(m *Matrix, o matvecOpts) int {
-	mode := d.matvecMode
-	if mode == 0 {
-		mode = matvecKernel(m.Format, m.Rows, m.Cols)
-		if o.gated && mode == matvecS1W32 {
-			mode = matvecS2W16 // a gated output's pairs within a warp (gatedKernel)
-		}
-		if o.int8 && flatChunks(m) > 0 {
-			mode = matvecFlat
+// kernelFor is the matvec kernel m's product with o runs: the one
+// matvecTable gives the shape (or Device.matvecMode; unless forced, tq2
+// with int8 x takes the flat kernel where its row length has one), or the
+// plain one where m's rows do not suit the shared-memory kernels: 16-byte
+// aligned, whole chunks, x fitting in shared memory (device thread).
+func (d *Device) kernelFor(m *Matrix, o matvecOpts) matvecKernel {
+	k := d.matvecMode
+	if k == (matvecKernel{}) {
+		k = tableKernel(m.Format, m.Rows, m.Cols, o.gated)
+		if _, _, ok := flatKernelOf(m); o.int8 && ok {
+			k = matvecFlat
 		}
 	}
-	if mode == matvecFlat && (!o.int8 || flatChunks(m) == 0) {
-		return matvecPlain
+	if k.kind == kindFlat {
+		flat, _, ok := flatKernelOf(m)
+		if !o.int8 || !ok {
+			return matvecPlain
+		}
+		k = flat
 	}
-	if mode != matvecPlain && m.rowBytes%16 == 0 && m.blocks()%chunkBlocks(m.Format) == 0 && stagedBytes(m, o) <= d.maxShared {
-		return mode
+	if k.kind != kindPlain && m.rowBytes%16 == 0 && m.blocks()%chunkBlocks(m.Format) == 0 && stagedBytes(m, o) <= d.maxShared {
+		return k
 	}
 	return matvecPlain
 }
@@ -303,21 +501,19 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 		argInt(m.Rows), argInt(nb), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups())}
 	fusedArgs := []uint64{argBuf(o.x2), argInt(o.act), argInt(m.Cols), argBuf(o.norm), argF32(o.eps), argF32(o.wAdd),
 		argBool(o.accum), argBool(o.int8), argInt(int(o.outAct))}
-	switch mode := d.kernelFor(m, o); mode {
-	case matvecPlain:
+	k := d.kernelFor(m, o)
+	switch k.kind {
+	case kindPlain:
 		if o.fused() {
 			return fmt.Errorf("gpu: %s %dx%d: no fused matvec kernel", m.Format, m.Rows, m.Cols)
 		}
-		nt := threadsFor(nb)
-		return d.launchPDL(fmt.Sprintf("matvec_%s_%d", m.Format, nt), grid1((m.Rows+3)/4), grid1(nt), 0, args...)
-	case matvecFlat:
-		nch := flatChunks(m)
-		perWarp := flatKernels[nch].rows // rows a warp, or pairs
-		name, outs := fmt.Sprintf("matvec_tq2_flat%d", nch), m.Rows
+		return d.launchPDL(k.name(m, false), grid1((m.Rows+3)/4), grid1(threadsFor(nb)), 0, args...)
+	case kindFlat:
+		perWarp, outs := k.rows, m.Rows // rows a warp, or pairs
 		if o.gated {
-			name, outs, perWarp = name+"g", m.Rows/2, perWarp/2
+			outs, perWarp = m.Rows/2, perWarp/2
 		}
-		shared := stagedBytes(m, o)
+		name, shared := k.name(m, o.gated), stagedBytes(m, o)
 		if err := d.allowShared(name, shared); err != nil {
 			return err
 		}
@@ -331,26 +527,18 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 			argInt(m.rowBytes), argBuf(o.x2), argInt(o.act), argInt(m.Cols), argBuf(o.norm), argF32(o.eps),
 			argF32(o.wAdd), argBool(o.accum), argInt(int(o.outAct)))
 	default:
-		shared := stagedBytes(m, o)
-		split, rows, warps := max(mode/10000, 1), mode/100%100, mode%100
-		name := fmt.Sprintf("matvec_%s_s%dw%d", m.Format, rows, warps)
-		if split > 1 {
-			name += fmt.Sprintf("k%d", split)
+		if o.gated && (k.split > 1 || !gatedKernel(m, k)) {
+			return fmt.Errorf("gpu: %s %dx%d: no gated-output kernel %s", m.Format, m.Rows, m.Cols, k)
 		}
-		if o.gated {
-			if split > 1 || !gatedKernel(m, mode) {
-				return fmt.Errorf("gpu: %s %dx%d: no gated-output kernel for mode %d", m.Format, m.Rows, m.Cols, mode)
-			}
-			name += "g"
-		}
+		name, shared := k.name(m, o.gated), stagedBytes(m, o)
 		if err := d.allowShared(name, shared); err != nil {
 			return err
 		}
-		perGroup := rows * warps / split // rows a block takes at once
+		perGroup := k.rows * k.warps / k.split // rows a block takes at once
 		groups := (m.Rows + perGroup - 1) / perGroup
 		grid := d.matvecGrid
 		if grid == 0 {
-			per, err := d.blocksPerSM(name, 32*warps, shared)
+			per, err := d.blocksPerSM(name, 32*k.warps, shared)
 			if err != nil {
 				return err
 			}
@@ -358,69 +546,8 @@ func (d *Device) matvecWith(m *Matrix, x, y Buffer, o matvecOpts) error {
 			grid = (groups + waves - 1) / waves
 		}
 		args = append(args, fusedArgs...)
-		return d.launchPDL(name, grid1(min(grid, groups)), grid1(32*warps), shared, args...)
+		return d.launchPDL(name, grid1(min(grid, groups)), grid1(32*k.warps), shared, args...)
 	}
-}
-
-// Matrix-vector kernels (Device.matvecMode, matvecKernel): the plain one,
-// tq2's flat one (int8 x, short rows: every chunk of a warp's 4 rows
-// requested before the wait; matvec_flat in matvec.cu), or a
-// shared-memory one given as warps a row * 10000 (when more than one) +
-// rows a warp * 100 + warps a block.
-const (
-	matvecPlain   = 1
-	matvecFlat    = 2
-	matvecS4W4    = 404
-	matvecS2W4    = 204
-	matvecS2W8    = 208
-	matvecS1W8    = 108
-	matvecS1W16   = 116
-	matvecS1W32   = 132
-	matvecS2W16   = 216 // gated output only (gatedKernel)
-	matvecS1W16K2 = 20116
-	matvecS1W32K2 = 20132
-)
-
-// matvecKernels lists the shared-memory kernels built in matvec.cu.
-var matvecKernels = []int{matvecS4W4, matvecS2W4, matvecS2W8, matvecS1W8, matvecS1W16, matvecS1W32, matvecS1W16K2, matvecS1W32K2}
-
-// matvecKernel picks the matvec kernel for a shape. The rules were chosen
-// from BenchmarkMatVec sweeps and decode A/B runs on the shapes of the
-// benchmark models (TinyLlama-1.1B, Llama-2-7B, BitNet-2B-4T), so some are
-// special cases of those shapes; other shapes get a correct kernel, not a
-// tuned one. In order:
-//   - f32 and f16: the plain kernel, whose 32-weight blocks already give
-//     each thread 64 bytes or more;
-//   - q4 matrices of 4096 rows and columns or more (Llama-2-7B's): one row
-//     a warp and 32 warps, one block an SM, which beat 16 warps and the
-//     split-K kernel there;
-//   - q8, q4 and tq2 rows more than twice as long as the matrix is tall
-//     (the down projections): two warps a row and 32 warps a block, so a
-//     matrix of few rows still gives the GPU enough warps;
-//   - q8 heads of 65536 rows or more (BitNet-2B's 128256x2560): two rows a
-//     warp and 8 warps, which streamed it fastest of the shapes tried;
-//   - the other q8 shapes, q4 rows of 4096 weights or more and tq2 below
-//     8192 rows: one row a warp and 16 warps a block;
-//   - the rest: 4 rows a warp, 4 warps, on tall matrices (8192 rows or
-//     more), and 2 rows a warp, 8 warps a block, on the others, where fewer
-//     rows a warp give more warps to hide latency.
-func matvecKernel(f quantize.Format, rows, cols int) int {
-	wide := cols > 2*rows
-	switch {
-	case f == quantize.F32 || f == quantize.F16:
-		return matvecPlain
-	case f == quantize.Q4 && cols >= 4096 && rows >= 4096:
-		return matvecS1W32
-	case wide && (f == quantize.Q8 || f == quantize.Q4 || f == quantize.TQ2):
-		return matvecS1W32K2
-	case f == quantize.Q8 && rows >= 65536:
-		return matvecS2W8
-	case f == quantize.Q8, f == quantize.Q4 && cols >= 4096, f == quantize.TQ2 && rows < 8192:
-		return matvecS1W16
-	case rows >= 8192:
-		return matvecS4W4
-	}
-	return matvecS2W8
 }
 
 // quantizeI8 queues the int8 quantization of x[0..n) into q and its scale

@@ -466,12 +466,15 @@ func TestMatVecFused(t *testing.T) {
 				ran := 0
 				// The kernel the shape picks, and the others with blocks
 				// looping over several row groups.
-				kernels := []struct{ mode, grid int }{{0, 0}, {matvecS4W4, 3}, {matvecS2W8, 2}, {matvecS1W16, 1}, {matvecS1W16K2, 1}, {matvecS1W32K2, 2}}
+				kernels := []struct {
+					k    matvecKernel
+					grid int
+				}{{matvecKernel{}, 0}, {matvecS4W4, 3}, {matvecS2W8, 2}, {matvecS1W16, 1}, {matvecS1W16K2, 1}, {matvecS1W32K2, 2}}
 				for _, k := range kernels {
 					for _, tc := range cases {
 						var ok bool
 						d.do(func() error {
-							d.matvecMode, d.matvecGrid = k.mode, k.grid
+							d.matvecMode, d.matvecGrid = k.k, k.grid
 							ok = d.canFuse(m, tc.o)
 							return nil
 						})
@@ -479,7 +482,7 @@ func TestMatVecFused(t *testing.T) {
 						if ok {
 							run(t, d, func() error { return d.matvecWith(m, xb, yb, tc.o) })
 						}
-						d.do(func() error { d.matvecMode, d.matvecGrid = 0, 0; return nil })
+						d.do(func() error { d.matvecMode, d.matvecGrid = matvecKernel{}, 0; return nil })
 						if !ok {
 							continue // the plain kernel's shapes fuse nothing
 						}
@@ -495,7 +498,7 @@ func TestMatVecFused(t *testing.T) {
 								ref[i] += float64(y0[i])
 							}
 						}
-						check(t, fmt.Sprintf("%s, kernel %d grid %d", tc.name, k.mode, k.grid), ref, down[float32](t, d, yb, sh.rows), fusedTol(f))
+						check(t, fmt.Sprintf("%s, kernel %s grid %d", tc.name, k.k, k.grid), ref, down[float32](t, d, yb, sh.rows), fusedTol(f))
 					}
 				}
 				if ran == 0 {
@@ -527,14 +530,17 @@ func TestMatVecGated(t *testing.T) {
 				}
 				half := sh.rows / 2
 				for _, act := range []GLU{SwiGLU, ReLU2GLU} {
-					for _, k := range []struct{ mode, grid int }{{0, 0}, {matvecS4W4, 3}, {matvecS1W16, 1}, {matvecS1W16, 2}, {matvecS2W16, 2}} {
-						if k.mode != 0 && !gatedKernel(m, k.mode) {
+					for _, k := range []struct {
+						k    matvecKernel
+						grid int
+					}{{matvecKernel{}, 0}, {matvecS4W4, 3}, {matvecS1W16, 1}, {matvecS1W16, 2}, {matvecS2W16, 2}} {
+						if k.k != (matvecKernel{}) && !gatedKernel(m, k.k) {
 							continue
 						}
 						o := matvecOpts{act: -1, norm: gb, eps: 1e-5, int8: tq2, gated: true, outAct: act}
 						var ok bool
 						d.do(func() error {
-							d.matvecMode, d.matvecGrid = k.mode, k.grid
+							d.matvecMode, d.matvecGrid = k.k, k.grid
 							ok = d.canFuse(m, o)
 							return nil
 						})
@@ -542,19 +548,19 @@ func TestMatVecGated(t *testing.T) {
 						if ok {
 							run(t, d, func() error { return d.matvecWith(m, xb, yb, o) })
 						}
-						d.do(func() error { d.matvecMode, d.matvecGrid = 0, 0; return nil })
-						if !ok && k.mode == 0 {
+						d.do(func() error { d.matvecMode, d.matvecGrid = matvecKernel{}, 0; return nil })
+						if !ok && k.k == (matvecKernel{}) {
 							continue // the shape's own kernel has no gated output
 						}
 						if !ok {
-							t.Fatalf("kernel %d: the gated output refused", k.mode)
+							t.Fatalf("kernel %s: the gated output refused", k.k)
 						}
 						ref := make([]float64, half)
 						for i := range ref {
 							ref[i] = gluRef(act, qt.DotRef(i, in), qt.DotRef(half+i, in))
 						}
 						got := down[float32](t, d, yb, sh.rows)
-						name := fmt.Sprintf("act %d, kernel %d grid %d", act, k.mode, k.grid)
+						name := fmt.Sprintf("act %d, kernel %s grid %d", act, k.k, k.grid)
 						check(t, name, ref, got[:half], fusedTol(f))
 						for i := half; i < sh.rows; i++ {
 							if got[i] != y0[i] {

@@ -95,11 +95,12 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
     // Where a lane holds four dimensions (one 128-wide head a block, as
     // for BitNet-2B and Llama-2-7B, or two 64-wide ones), the keys and
     // values of the warp's second round are requested into L1 too, so
-    // that round's loads after the wait find them there (BitNet-2B decode
-    // +0.5%; with no loads at all in that round it ran 1.7% faster, and
-    // holding them in registers, as fp16, gained only 0.3%). For
-    // TinyLlama's two dimensions a lane the same prefetch cost 1.7%.
-    // 2026-11-24, H100.
+    // that round's loads after the wait find them there: a prefetch holds
+    // no registers, where loading those values ahead (even as fp16) would
+    // take registers from the round in flight. With two dimensions a lane
+    // (one 64-wide head a block, as TinyLlama's) a round's loads are half
+    // as large, and the prefetches' instructions would cost more than the
+    // latency they hide: there are none.
     if (DL == 4)
 #pragma unroll
         for (int u = 0; u < UN; u++) {
@@ -295,9 +296,10 @@ ATTN_DECODE(256, 8)
 // loads five positions at once rather than four: 128 registers and no
 // spills, 80 positions a round, so decode from position 64 to 79 takes
 // one round, not two. newAttnDecode (attn_decode.go) picks them when the
-// grid fits in one wave: BitNet-2B decode 1,508-1,515 -> 1,519-1,530
-// tok/s at -p 0 and -p 512, where over the many blocks of Llama-2-7B at
-// depth 3900 they lost 2%; six positions spilled and lost 2%
-// (2026-11-24, H100).
+// grid fits in one wave: then each block's rounds are the kernel's time,
+// and fewer rounds shorten it; over a grid of several waves (many kv
+// heads, as Llama-2-7B's) the extra registers cost blocks an SM, more than
+// the rounds saved. Five is the most that fits in 128 registers: six
+// would spill.
 ATTN_DECODE_UN(64, 2, 5, _un5)
 ATTN_DECODE_UN(128, 1, 5, _un5)

@@ -96,8 +96,9 @@ __device__ __forceinline__ void store_out(float* y, float v, int accum) {
 // each, so sum(t * x) = sum(code * x) - sum(x): tq2_dot8 is the chunk's
 // sum(code * x) less xsum. The row loops pass the chunk's x8_sum; a
 // product over whole rows (matvec_flat) passes 0 and subtracts sum(x)
-// once a row, from stage_x's total (staging the chunks' sums with x, 4
-// shuffles a value, had made BitNet-2B decode 3.5% slower, 2026-11-24).
+// once a row, from stage_x's total (staging each chunk's sum with x would
+// take shuffles for every value staged, on the path every product waits
+// for, where one subtraction a row costs next to nothing).
 __device__ __forceinline__ void load_x8(const uint4* xq, int nch, int c, int (&xw)[16]) {
 #pragma unroll
     for (int q = 0; q < 4; q++) {
@@ -121,8 +122,8 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
 // + k (the tq2 layout). Each bit-pair plane is masked in place (code *
 // 4^sh, up to 192 a byte, so unsigned-by-signed dp4a) and summed apart; a
 // plane's sum is an exact multiple of 4^sh. One mask and one dp4a per
-// four weights, where shifting each plane down took a shift more
-// (BitNet-2B decode +3%, 2026-11-24).
+// four weights: shifting each plane down first would add an instruction
+// to every four weights of the inner loop.
 __device__ __forceinline__ int tq2_dot8(const uint32_t* u, const int (&xw)[16], int xsum) {
     int a[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -289,8 +290,11 @@ __device__ __forceinline__ void stage_pre(stage_norm<V>& sn, const float* __rest
 // stage_i16 is stage_x for q4's and q8's int16 x (the layout below): four
 // threads a 32-weight block, eight values each, the block's largest
 // |value| (and for q4, whose minimums need it, its sum) by shuffles among
-// the four; the RMSNorm's statistics in a pass of their own. (stage_x's way, every value of a thread read at once and
-// kept in registers, measured slower here: TinyLlama q4 decode -4%.)
+// the four; the RMSNorm's statistics in a pass of their own. (Not
+// stage_x's way, a thread's whole share of x held in registers from the
+// statistics to the writes: those registers would come from the weights
+// matvecs requests before the wait, which stay in flight through the
+// staging.)
 template <int FMT>
 __device__ void stage_i16(float4* xsh, const float* x, const float* x2, int act, int cols,
                          const float* __restrict__ nw, float eps, float w_add, int nb) {
@@ -393,10 +397,9 @@ __device__ void stage_i16(float4* xsh, const float* x, const float* x2, int act,
 // integer: the same whatever the order of the adds).
 // A thread's values are read at once and kept in registers between the
 // statistics and the writes: x was just written by the kernel before, and
-// each dependent round trip to it costs the whole block its latency
-// (BitNet-2B tq2 decode +9%, TinyLlama q8 +4%). sn holds the norm's
-// weights (stage_pre). Ends with __syncthreads; every thread of the block
-// calls it.
+// each dependent round trip to it costs the whole block its latency. sn
+// holds the norm's weights (stage_pre). Ends with __syncthreads; every
+// thread of the block calls it.
 template <int FMT, int V>
 __device__ float stage_x(float4* xsh, const float* x, const float* x2, int act, int cols,
                          const float* __restrict__ nw, const stage_norm<V>& sn, float eps, float w_add, bool i8,
@@ -460,8 +463,8 @@ __device__ float stage_x(float4* xsh, const float* x, const float* x2, int act, 
             }
         }
         // am >= 0: its bits order as the floats do, so the warp's integer
-        // reduction takes the largest in one instruction (BitNet-2B decode
-        // +0.9% against a shuffle tree, 2026-11-24).
+        // reduction takes the largest in one instruction, where a shuffle
+        // tree takes five dependent rounds.
         am = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(am)));
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
@@ -530,7 +533,7 @@ __device__ float stage_x(float4* xsh, const float* x, const float* x2, int act, 
 // too, and the first before the kernel waits for x (with PDL, while the
 // previous kernel still runs).
 // Few rows a warp and many warps a block suit matrices with few,
-// long rows; the sweep of BenchmarkMatVec picks per shape (matvecKernel).
+// long rows; matvecTable (matvec.go) picks by format and shape class.
 //
 // With act >= 0 the kernel stages act(x) * x2 (act.cuh) instead of x: the
 // gated MLP's activation folded into the down projection; cols values are
@@ -558,9 +561,8 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     constexpr bool MN = FMT == Q4 || FMT == Q2;
     // q4 and q8 take x rounded to int16 per 32-weight block (relative
     // error under 2^-15 of the block's largest value): their integer dot
-    // products cost a third of the float ones for q4, a sixth for q8
-    // (Llama-2-7B q8 decode +1.4%, BitNet-2B's 8-bit head +0.3-0.6%,
-    // 2026-11-24, H100).
+    // products cost a third of the float ones for q4, a sixth for q8, and
+    // x staged as int16 is half the shared memory to read.
     constexpr bool I16 = FMT == Q4 || FMT == Q8;
     // tq2 with qx takes x as BitNet does: int8 by the vector's absmax
     // (after the gate and norm), integer dot products (dp4a).
@@ -836,10 +838,12 @@ MATVEC_ALL(q4, Q4)
 MATVEC_ALL(q2, Q2)
 MATVEC_ALL(q1, Q1)
 MATVEC_ALL(tq2, TQ2)
-// The gate/up products' kernels (matvecKernel in Go) with the gated output;
+// The gate/up products' kernels (matvecTable in Go) with the gated output;
 // Llama-2-7B's q4 gate/up (one row a warp, 32 warps) takes two rows a warp
-// and 16 warps instead, its pairs within a warp: with one row a warp the
-// barrier each row group needs cost 8% of its decode.
+// and 16 warps instead, its pairs within a warp: with one row a warp a
+// pair spans two warps, which meet in shared memory behind a block barrier
+// every row group. This list must match matvecGated in matvec.go
+// (TestMatvecKernelsBuilt).
 MATVECG(q8, Q8, 4, 4) MATVECG(q8, Q8, 1, 16)
 MATVECG(q4, Q4, 4, 4) MATVECG(q4, Q4, 1, 16) MATVECG(q4, Q4, 2, 16)
 MATVECG(tq2, TQ2, 4, 4) MATVECG(tq2, TQ2, 1, 16)
@@ -897,9 +901,9 @@ __device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restr
     int qs;  // sum(x) over the row: subtracted once a row (tq2_dot8)
     const float ys = stage_x<TQ2, V>(xsh, x, x2, act, cols, nw, sn, eps, w_add, true, nb, &qs);
     const uint4* xq = reinterpret_cast<const uint4*>(xsh);
-    // iacc[r]: row r's sum(code * x). (Keeping tq2_dot8's four plane sums
-    // apart to the end of the row, one combine a row rather than one a
-    // chunk, was 0.5% slower: registers.)
+    // iacc[r]: row r's sum(code * x). (tq2_dot8's four plane sums are
+    // combined every chunk, not kept apart to the end of the row: four
+    // accumulators a row would take registers the weights in flight need.)
     int iacc[SR];
 #pragma unroll
     for (int r = 0; r < SR; r++) iacc[r] = 0;
@@ -948,16 +952,16 @@ __device__ void matvec_flat(const uint8_t* __restrict__ W, const __half* __restr
 // matvec_tq2_flat<NCH>[g]: matvec_flat for rows of NCH chunks (64*NCH
 // weights), SR rows a warp, NW warps a block, MINB blocks
 // an SM (the host reads NW from the launch bounds, Device.maxThreads); g:
-// the gated output. Fewer, larger blocks stage x fewer times: 16 warps
-// took BitNet-2B decode from 1,117 to 1,216 tok/s against 8 (4 warps:
-// 868), and its gate/up product on 32 warps, one block an SM, to 1,245
-// (q/k/v and o on 8 or 32 warps: 1,203, 1,186). The plain products' grids
-// hold one block an SM at most (BitNet's q/k/v 80 blocks, o 54), so they
-// may take 128 registers and more: two blocks an SM forced 64 and spills
-// (1,320 -> 1,400). 2026-11-24, H100. The 2560-weight rows (BitNet-2B's
-// q/k/v and o) on 12 warps, 80 and 54 blocks: decode 1,470 -> 1,479
-// against 16 warps; 8, 10, 14, 18, 20, 24 warps: 1,397, 1,406, 1,451,
-// 1,434, 1,455, 1,437 (the same day, one machine).
+// the gated output. Every block stages the whole x, so fewer, larger
+// blocks stage it fewer times: 16 warps a block, and 32 for the gated
+// output (the gate/up product's many rows: one block an SM). The plain
+// products' grids hold one block an SM at most (BitNet's q/k/v 80 blocks,
+// o 54), so MINB 1 lets them take 128 registers and more: two blocks an SM
+// would cap them at 64, and the weights a lane holds in flight would
+// spill. The 2560-weight rows (BitNet-2B's q/k/v and o) take 12 warps: 80
+// and 54 blocks rather than 60 and 40, so more SMs fetch weights at once
+// while a block still stages x once for many rows.
+// These lines must match flatKernels in matvec.go (TestFlatKernels).
 #define MATVEC_FLAT(SR, NCH, GO, suffix, NW, MINB)                                                            \
     extern "C" __global__ void __launch_bounds__(32 * NW, MINB) matvec_tq2_flat##NCH##suffix(                 \
         const uint8_t* W, const __half* scales, float tscale, const float* x, float* y, int rows, int nb,      \
@@ -974,10 +978,7 @@ MATVEC_FLAT(4, 64, false, , 16, 1) MATVEC_FLAT(4, 64, true, g, 32, 1)
 // rows a warp, 18 warps a block: 72 blocks for BitNet-2B's 2560 rows, so
 // more of them start (and fetch their weights) beside the gate/up product's
 // 108, and 576 threads stage x's 1728 float4s in one pass of three each
-// (decode 1,445 -> 1,465 tok/s against one row a warp and 32 warps, 80
-// blocks; 20 warps, 64 blocks: 1,454; 16 warps, x in two passes: 1,385;
-// 2026-11-24, H100. Earlier: one row a warp and 32 warps against 8 warps
-// and x in three passes, 992 -> 1,051).
+// (fewer threads would take a second pass, after the wait for x).
 MATVEC_FLAT(2, 108, false, , 18, 1)
 
 // quantize_i8 quantizes x[0..n) to int8 by absmax, as BitNet does: one

@@ -8,9 +8,10 @@
 // The decode products and attention call pdl_launch_dependents as they
 // start: the next kernel's blocks then take whatever an SM has left and
 // fetch their constant inputs (weights, the position's rotation, cached
-// keys) while this one runs (TinyLlama q4 decode +4-7%, 2026-11-24);
-// one-block kernels call it at once. On older GPUs both
-// are no-ops and launches are serialized as usual.
+// keys) while this one runs, so the gap between two kernels and the next
+// one's first loads overlap this one's tail; one-block kernels call it at
+// once. On older GPUs both are no-ops and launches are serialized as
+// usual.
 //
 // What a kernel reads of another kernel's output goes through ld_dep,
 // never the read-only path (__ldg, or a const pointer the compiler takes
