@@ -119,14 +119,14 @@ func NewBackend(d *Device, maxStep int) (*Backend, error) {
 	b := &Backend{d: d, mats: map[*model.Weight]*gpuMat{}, i8: map[int]Buffer{}, steps: map[any]*stepGraph{}, maxStep: maxStep, skip: d.exp.skip}
 	err := d.do(func() error {
 		var err error
-		if b.step, err = d.pool.alloc(d, int64(8*maxStep), MemScratch); err != nil {
+		if b.step, err = d.alloc(int64(8*maxStep), MemScratch); err != nil {
 			return err
 		}
-		b.tok, b.pos = b.step.slice(0, int64(4*maxStep)), b.step.slice(int64(4*maxStep), int64(4*maxStep))
-		if b.scale, err = d.pool.alloc(d, int64(4*maxStep), MemScratch); err != nil {
+		b.tok, b.pos = b.step.Slice(0, int64(4*maxStep)), b.step.Slice(int64(4*maxStep), int64(4*maxStep))
+		if b.scale, err = d.alloc(int64(4*maxStep), MemScratch); err != nil {
 			return err
 		}
-		b.idx, err = d.pool.alloc(d, 4, MemScratch)
+		b.idx, err = d.alloc(4, MemScratch)
 		return err
 	})
 	if err != nil {
@@ -146,10 +146,10 @@ func (b *Backend) Close() {
 	b.d.do(func() error {
 		for _, s := range b.steps {
 			if s.g != nil {
-				s.g.destroy()
+				s.g.Destroy()
 			}
 			if s.chain != nil {
-				s.chain.destroy()
+				s.chain.Destroy()
 			}
 		}
 		for _, m := range b.fused {
@@ -164,22 +164,22 @@ func (b *Backend) Close() {
 			}
 		}
 		for _, c := range b.caches {
-			b.d.pool.release(c.all)
+			b.d.free(c.all)
 			if c.dec != nil {
-				b.d.pool.release(c.dec.part)
-				b.d.pool.release(c.dec.count)
+				b.d.free(c.dec.part)
+				b.d.free(c.dec.count)
 			}
-			if c.rope.ptr != 0 {
-				b.d.pool.release(c.rope)
+			if c.rope.Ptr() != 0 {
+				b.d.free(c.rope)
 			}
 		}
 		for _, x := range append(b.bufs, b.step, b.scale, b.idx, b.topk) {
-			if x.ptr != 0 {
-				b.d.pool.release(x)
+			if x.Ptr() != 0 {
+				b.d.free(x)
 			}
 		}
 		for _, x := range b.i8 {
-			b.d.pool.release(x)
+			b.d.free(x)
 		}
 		return nil
 	})
@@ -230,7 +230,7 @@ func (b *Backend) Upload(w *model.Weight) (model.Mat, error) {
 	if m.Format.Spec().Int8Activations {
 		if _, ok := b.i8[m.Cols]; !ok {
 			err := b.d.do(func() error {
-				q, err := b.d.pool.alloc(b.d, int64(b.maxStep*m.blocks()*32), MemScratch)
+				q, err := b.d.alloc(int64(b.maxStep*m.blocks()*32), MemScratch)
 				if err != nil {
 					return err
 				}
@@ -262,7 +262,7 @@ func (b *Backend) Alloc(n int) (model.Buf, error) {
 	b.flush()
 	var buf Buffer
 	err := b.d.do(func() (err error) {
-		if buf, err = b.d.pool.alloc(b.d, int64(4*(n+32)), MemScratch); err != nil {
+		if buf, err = b.d.alloc(int64(4*(n+32)), MemScratch); err != nil {
 			return err
 		}
 		return b.d.memset(buf, 0)
@@ -271,7 +271,7 @@ func (b *Backend) Alloc(n int) (model.Buf, error) {
 		return nil, memError(err)
 	}
 	b.bufs = append(b.bufs, buf)
-	return gpuBuf{b: buf.slice(0, int64(4*n)), n: n}, nil
+	return gpuBuf{b: buf.Slice(0, int64(4*n)), n: n}, nil
 }
 
 // View implements model.Backend.
@@ -279,9 +279,9 @@ func (b *Backend) View(x model.Buf, off, n int) model.Buf {
 	g := x.(gpuBuf)
 	if off < 0 || n < 0 || off+n > g.n {
 		b.fail(fmt.Errorf("gpu: view [%d, %d) of a buffer of %d", off, off+n, g.n))
-		return gpuBuf{b: g.b.slice(0, 0)}
+		return gpuBuf{b: g.b.Slice(0, 0)}
 	}
-	return gpuBuf{b: g.b.slice(int64(4*off), int64(4*n)), n: n}
+	return gpuBuf{b: g.b.Slice(int64(4*off), int64(4*n)), n: n}
 }
 
 // NewCache implements model.Backend: one allocation (kind MemKV) for every
@@ -294,7 +294,7 @@ func (b *Backend) NewCache(layers, positions, kvDim int) (model.KVCache, error) 
 	per := int64(positions) * int64(kvDim) * 4
 	c := &gpuCache{positions: positions, kvDim: kvDim}
 	err := b.d.do(func() (err error) {
-		if c.all, err = b.d.pool.alloc(b.d, 2*int64(layers)*per, MemKV); err != nil {
+		if c.all, err = b.d.alloc(2*int64(layers)*per, MemKV); err != nil {
 			return err
 		}
 		return b.d.memset(c.all, 0)
@@ -303,8 +303,8 @@ func (b *Backend) NewCache(layers, positions, kvDim int) (model.KVCache, error) 
 		return nil, fmt.Errorf("gpu: KV cache of %d MiB: %w", 2*int64(layers)*per>>20, memError(err))
 	}
 	for l := 0; l < layers; l++ {
-		c.k = append(c.k, c.all.slice(int64(2*l)*per, per))
-		c.v = append(c.v, c.all.slice(int64(2*l+1)*per, per))
+		c.k = append(c.k, c.all.Slice(int64(2*l)*per, per))
+		c.v = append(c.v, c.all.Slice(int64(2*l+1)*per, per))
 	}
 	b.caches = append(b.caches, c)
 	return c, nil
@@ -498,14 +498,14 @@ func (b *Backend) attend(out, q, k, v model.Buf, kc model.KVCache, layer, n int,
 				c.tried = true
 				c.dec, c.decErr = b.d.newAttnDecode(a.Heads, a.KVHeads, a.HeadDim, c.positions, a.Window)
 			}
-			if c.dec != nil && rope != nil && c.rope.ptr == 0 && rope.w != nil && len(rope.w.F32) == a.HeadDim/2 {
+			if c.dec != nil && rope != nil && c.rope.Ptr() == 0 && rope.w != nil && len(rope.w.F32) == a.HeadDim/2 {
 				var err error
 				c.rope, err = b.d.uploadNew(bytesOf(ropeTable(rope.w.F32, c.positions)), 0, MemKV)
 				if err != nil {
 					return err
 				}
 			}
-			if c.dec != nil && (rope == nil || c.rope.ptr != 0) {
+			if c.dec != nil && (rope == nil || c.rope.Ptr() != 0) {
 				var cs Buffer
 				if rope != nil {
 					cs = c.rope
@@ -752,7 +752,7 @@ func (b *Backend) Fuse(parts ...model.Mat) (model.Mat, bool) {
 	for _, p := range ps {
 		m := p.m
 		if m.Format != f.Format || m.Cols != f.Cols || m.GroupSize != f.GroupSize || m.rowBytes != f.rowBytes ||
-			(m.scales.ptr == 0) != (f.scales.ptr == 0) || (m.mins.ptr == 0) != (f.mins.ptr == 0) {
+			(m.scales.Ptr() == 0) != (f.scales.Ptr() == 0) || (m.mins.Ptr() == 0) != (f.mins.Ptr() == 0) {
 			return nil, false
 		}
 		if (rows*f.rowBytes)%16 != 0 || (rows*f.groups()*2)%16 != 0 {
@@ -764,17 +764,17 @@ func (b *Backend) Fuse(parts ...model.Mat) (model.Mat, bool) {
 	fused := &Matrix{Format: f.Format, Rows: rows, Cols: f.Cols, GroupSize: f.GroupSize, rowBytes: f.rowBytes, scale: f.scale}
 	err := b.d.do(func() error {
 		var err error
-		if fused.data, err = b.d.pool.alloc(b.d, int64(rows*f.rowBytes), MemWeights); err != nil {
+		if fused.data, err = b.d.alloc(int64(rows*f.rowBytes), MemWeights); err != nil {
 			return err
 		}
-		if f.scales.ptr != 0 {
-			if fused.scales, err = b.d.pool.alloc(b.d, int64(rows*ng*2), MemWeights); err != nil {
+		if f.scales.Ptr() != 0 {
+			if fused.scales, err = b.d.alloc(int64(rows*ng*2), MemWeights); err != nil {
 				b.d.freeMatrix(fused)
 				return err
 			}
 		}
-		if f.mins.ptr != 0 {
-			if fused.mins, err = b.d.pool.alloc(b.d, int64(rows*ng*2), MemWeights); err != nil {
+		if f.mins.Ptr() != 0 {
+			if fused.mins, err = b.d.alloc(int64(rows*ng*2), MemWeights); err != nil {
 				b.d.freeMatrix(fused)
 				return err
 			}
@@ -799,11 +799,11 @@ func (b *Backend) Fuse(parts ...model.Mat) (model.Mat, bool) {
 				dst, src Buffer
 				per      int
 			}{{fused.data, m.data, f.rowBytes}, {fused.scales, m.scales, ng * 2}, {fused.mins, m.mins, ng * 2}} {
-				if c.src.ptr == 0 {
+				if c.src.Ptr() == 0 {
 					continue
 				}
 				n := int64(m.Rows * c.per)
-				if err := b.d.copyDtoD(c.dst.slice(int64(r0*c.per), n), c.src, n); err != nil {
+				if err := b.d.copyDtoD(c.dst.Slice(int64(r0*c.per), n), c.src, n); err != nil {
 					b.d.freeMatrix(fused)
 					return err
 				}
@@ -820,12 +820,12 @@ func (b *Backend) Fuse(parts ...model.Mat) (model.Mat, bool) {
 			m := p.m
 			v := &Matrix{Format: m.Format, Rows: m.Rows, Cols: m.Cols, GroupSize: m.GroupSize, rowBytes: m.rowBytes,
 				scale: m.scale, packed: m.packed, scaleSz: m.scaleSz,
-				data: fused.data.slice(int64(r0*f.rowBytes), int64(m.Rows*f.rowBytes))}
-			if fused.scales.ptr != 0 {
-				v.scales = fused.scales.slice(int64(r0*ng*2), int64(m.Rows*ng*2))
+				data: fused.data.Slice(int64(r0*f.rowBytes), int64(m.Rows*f.rowBytes))}
+			if fused.scales.Ptr() != 0 {
+				v.scales = fused.scales.Slice(int64(r0*ng*2), int64(m.Rows*ng*2))
 			}
-			if fused.mins.ptr != 0 {
-				v.mins = fused.mins.slice(int64(r0*ng*2), int64(m.Rows*ng*2))
+			if fused.mins.Ptr() != 0 {
+				v.mins = fused.mins.Slice(int64(r0*ng*2), int64(m.Rows*ng*2))
 			}
 			b.d.freeMatrix(m)
 			p.m, p.view = v, true
