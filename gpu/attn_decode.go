@@ -90,11 +90,11 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 	if err := d.allowShared(a.name, a.shared); err != nil {
 		return nil, err
 	}
-	if a.part, err = d.pool.alloc(d, int64(4*heads*a.slices*(hd+2)), MemScratch); err != nil {
+	if a.part, err = d.alloc(int64(4*heads*a.slices*(hd+2)), MemScratch); err != nil {
 		return nil, err
 	}
-	if a.count, err = d.pool.alloc(d, int64(4*kvHeads*split), MemScratch); err != nil {
-		d.pool.release(a.part)
+	if a.count, err = d.alloc(int64(4*kvHeads*split), MemScratch); err != nil {
+		d.free(a.part)
 		return nil, err
 	}
 	if err := d.memset(a.count, 0); err != nil {

@@ -148,14 +148,14 @@ func NewBackend(d *Device, maxStep int) (*Backend, error) {
 	b := &Backend{d: d, byWeight: map[*model.Weight]int{}, i8: map[int]Buffer{}, steps: map[any]*stepGraph{}, maxStep: maxStep, skip: d.exp.skip}
 	err := d.do(func() error {
 		var err error
-		if b.step, err = d.pool.alloc(d, int64(8*maxStep), MemScratch); err != nil {
+		if b.step, err = d.alloc(int64(8*maxStep), MemScratch); err != nil {
 			return err
 		}
-		b.tok, b.pos = b.step.slice(0, int64(4*maxStep)), b.step.slice(int64(4*maxStep), int64(4*maxStep))
-		if b.scale, err = d.pool.alloc(d, int64(4*maxStep), MemScratch); err != nil {
+		b.tok, b.pos = b.step.Slice(0, int64(4*maxStep)), b.step.Slice(int64(4*maxStep), int64(4*maxStep))
+		if b.scale, err = d.alloc(int64(4*maxStep), MemScratch); err != nil {
 			return err
 		}
-		b.idx, err = d.pool.alloc(d, 4, MemScratch)
+		b.idx, err = d.alloc(4, MemScratch)
 		return err
 	})
 	if err != nil {
@@ -175,10 +175,10 @@ func (b *Backend) Close() {
 	b.d.do(func() error {
 		for _, s := range b.steps {
 			if s.g != nil {
-				s.g.destroy()
+				s.g.Destroy()
 			}
 			if s.chain != nil {
-				s.chain.destroy()
+				s.chain.Destroy()
 			}
 		}
 		for _, m := range b.joined {
@@ -193,13 +193,13 @@ func (b *Backend) Close() {
 			}
 		}
 		for _, c := range b.caches {
-			b.d.pool.release(c.all)
+			b.d.free(c.all)
 			if c.dec != nil {
-				b.d.pool.release(c.dec.part)
-				b.d.pool.release(c.dec.count)
+				b.d.free(c.dec.part)
+				b.d.free(c.dec.count)
 			}
-			if c.rope.ptr != 0 {
-				b.d.pool.release(c.rope)
+			if c.rope.Ptr() != 0 {
+				b.d.free(c.rope)
 			}
 		}
 		var all []Buffer
@@ -208,12 +208,12 @@ func (b *Backend) Close() {
 		}
 		all = append(append(append(all, b.scratch[:]...), b.retired...), b.step, b.scale, b.idx, b.topk)
 		for _, x := range all {
-			if x.ptr != 0 {
-				b.d.pool.release(x)
+			if x.Ptr() != 0 {
+				b.d.free(x)
 			}
 		}
 		for _, x := range b.i8 {
-			b.d.pool.release(x)
+			b.d.free(x)
 		}
 		return nil
 	})
@@ -259,7 +259,7 @@ func (b *Backend) buf(x model.Buf) Buffer {
 		b.fail(fmt.Errorf("gpu: buffer %d [%d, %d) was not allocated here", x.ID(), x.Off(), x.Off()+x.Len()))
 		return Buffer{}
 	}
-	return b.bufs[x.ID()].b.slice(int64(4*x.Off()), int64(4*x.Len()))
+	return b.bufs[x.ID()].b.Slice(int64(4*x.Off()), int64(4*x.Len()))
 }
 
 // cache is the cache c names, or nil (and a recorded error).
@@ -322,7 +322,7 @@ func (b *Backend) upload(w *model.Weight) (int, error) {
 	if m.Format.Spec().Int8Activations {
 		if _, ok := b.i8[m.Cols]; !ok {
 			err := b.d.do(func() error {
-				q, err := b.d.pool.alloc(b.d, int64(b.maxStep*m.blocks()*32), MemScratch)
+				q, err := b.d.alloc(int64(b.maxStep*m.blocks()*32), MemScratch)
 				if err != nil {
 					return err
 				}
@@ -355,7 +355,7 @@ func (b *Backend) Alloc(n int) (model.Buf, error) {
 	if err != nil {
 		return model.Buf{}, err
 	}
-	b.bufs = append(b.bufs, gpuBuf{b: buf.slice(0, int64(4*n)), n: n})
+	b.bufs = append(b.bufs, gpuBuf{b: buf.Slice(0, int64(4*n)), n: n})
 	return model.MakeBuf(len(b.bufs)-1, n), nil
 }
 
@@ -364,7 +364,7 @@ func (b *Backend) alloc(n int) (Buffer, error) {
 	b.flush()
 	var buf Buffer
 	err := b.d.do(func() (err error) {
-		if buf, err = b.d.pool.alloc(b.d, int64(4*(n+32)), MemScratch); err != nil {
+		if buf, err = b.d.alloc(int64(4*(n+32)), MemScratch); err != nil {
 			return err
 		}
 		return b.d.memset(buf, 0)
@@ -375,19 +375,19 @@ func (b *Backend) alloc(n int) (Buffer, error) {
 // scratchBuf is scratch buffer i, at least n values (grown on the host
 // side of the queue; a step that was recorded grew it when it ran first).
 func (b *Backend) scratchBuf(i, n int) Buffer {
-	if b.scratch[i].size >= int64(4*n) {
-		return b.scratch[i].slice(0, int64(4*n))
+	if b.scratch[i].Size() >= int64(4*n) {
+		return b.scratch[i].Slice(0, int64(4*n))
 	}
 	buf, err := b.alloc(max(n, 1024))
 	if err != nil {
 		b.fail(fmt.Errorf("gpu: scratch of %d values: %w", n, err))
 		return Buffer{}
 	}
-	if b.scratch[i].ptr != 0 {
+	if b.scratch[i].Ptr() != 0 {
 		b.retired = append(b.retired, b.scratch[i])
 	}
-	b.scratch[i] = buf.slice(0, int64(4*max(n, 1024)))
-	return b.scratch[i].slice(0, int64(4*n))
+	b.scratch[i] = buf.Slice(0, int64(4*max(n, 1024)))
+	return b.scratch[i].Slice(0, int64(4*n))
 }
 
 // NewCache implements model.Backend: one allocation (kind MemKV) for every
@@ -401,7 +401,7 @@ func (b *Backend) NewCache(s model.CacheShape) (model.Cache, error) {
 	parts := int64(s.Layers) * int64(s.Slots)
 	c := &gpuCache{shape: s}
 	err := b.d.do(func() (err error) {
-		if c.all, err = b.d.pool.alloc(b.d, 2*parts*per, MemKV); err != nil {
+		if c.all, err = b.d.alloc(2*parts*per, MemKV); err != nil {
 			return err
 		}
 		return b.d.memset(c.all, 0)
@@ -410,8 +410,8 @@ func (b *Backend) NewCache(s model.CacheShape) (model.Cache, error) {
 		return model.Cache{}, fmt.Errorf("gpu: KV cache of %d MiB: %w", 2*parts*per>>20, memError(err))
 	}
 	for i := range parts {
-		c.k = append(c.k, c.all.slice(2*i*per, per))
-		c.v = append(c.v, c.all.slice((2*i+1)*per, per))
+		c.k = append(c.k, c.all.Slice(2*i*per, per))
+		c.v = append(c.v, c.all.Slice((2*i+1)*per, per))
 	}
 	b.caches = append(b.caches, c)
 	return model.MakeCache(len(b.caches) - 1), nil
@@ -522,7 +522,7 @@ func (b *Backend) Step(ctx context.Context, st *model.Step, pass func() error) (
 	}
 	rows := st.Logits.Len() / vocab
 	for r := range rows {
-		row := logits.slice(int64(4*r*vocab), int64(4*vocab))
+		row := logits.Slice(int64(4*r*vocab), int64(4*vocab))
 		if w.TopK > 0 {
 			cands, err := b.topKOf(row, vocab, w.TopK, w.Temp)
 			if err != nil {
@@ -594,7 +594,7 @@ func (b *Backend) Embed(dst model.Buf, table model.Mat, scale float32) {
 	if b.err != nil {
 		return
 	}
-	if out.size < int64(4*b.n*t.w.Cols) {
+	if out.Size() < int64(4*b.n*t.w.Cols) {
 		b.fail(fmt.Errorf("gpu: embed: %d tokens of %d values into %d", b.n, t.w.Cols, dst.Len()))
 		return
 	}
@@ -652,14 +652,14 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.Cache, layer int, a
 				c.tried = true
 				c.dec, c.decErr = b.d.newAttnDecode(a.Heads, a.KVHeads, a.HeadDim, positions, a.Window)
 			}
-			if c.dec != nil && rope != nil && c.rope.ptr == 0 && len(rope.w.F32) == a.HeadDim/2 {
+			if c.dec != nil && rope != nil && c.rope.Ptr() == 0 && len(rope.w.F32) == a.HeadDim/2 {
 				var err error
 				c.rope, err = b.d.uploadNew(bytesOf(ropeTable(rope.w.F32, positions)), 0, MemKV)
 				if err != nil {
 					return err
 				}
 			}
-			if c.dec != nil && (rope == nil || c.rope.ptr != 0) {
+			if c.dec != nil && (rope == nil || c.rope.Ptr() != 0) {
 				var cs Buffer
 				if rope != nil {
 					cs = c.rope

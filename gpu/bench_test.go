@@ -121,21 +121,21 @@ func BenchmarkMatVec(b *testing.B) {
 					for i := 1; i < n; i++ {
 						m := *m0
 						var err error
-						if m.data, err = d.pool.alloc(d, m0.data.size, MemWeights); err != nil {
+						if m.data, err = d.alloc(m0.data.Size(), MemWeights); err != nil {
 							return err
 						}
-						if err := d.copyDtoD(m.data, m0.data, m0.data.size); err != nil {
+						if err := d.copyDtoD(m.data, m0.data, m0.data.Size()); err != nil {
 							return err
 						}
 						m.scales, m.mins = Buffer{}, Buffer{}
 						for _, p := range []struct{ dst, src *Buffer }{{&m.scales, &m0.scales}, {&m.mins, &m0.mins}} {
-							if p.src.ptr == 0 {
+							if p.src.Ptr() == 0 {
 								continue
 							}
-							if *p.dst, err = d.pool.alloc(d, p.src.size, MemWeights); err != nil {
+							if *p.dst, err = d.alloc(p.src.Size(), MemWeights); err != nil {
 								return err
 							}
-							if err := d.copyDtoD(*p.dst, *p.src, p.src.size); err != nil {
+							if err := d.copyDtoD(*p.dst, *p.src, p.src.Size()); err != nil {
 								return err
 							}
 						}
@@ -152,15 +152,15 @@ func BenchmarkMatVec(b *testing.B) {
 					if err != nil {
 						return err
 					}
-					defer d.pool.release(x)
+					defer d.free(x)
 					if err := d.memset(x, 0x3c); err != nil { // x = 0.0115 everywhere: not zeros
 						return err
 					}
-					y, err := d.pool.alloc(d, int64(4*sh.rows), MemScratch)
+					y, err := d.alloc(int64(4*sh.rows), MemScratch)
 					if err != nil {
 						return err
 					}
-					defer d.pool.release(y)
+					defer d.free(y)
 					d.matvecMode = v.k
 					defer func() { d.matvecMode = matvecKernel{} }()
 					run := func() error {
@@ -181,7 +181,7 @@ func BenchmarkMatVec(b *testing.B) {
 					if err != nil {
 						return err
 					}
-					defer g.destroy()
+					defer g.Destroy()
 					if _, err := d.timeIt(2, func() error { return d.launchGraph(g) }); err != nil {
 						return err
 					}
@@ -259,12 +259,12 @@ func BenchmarkMatMul(b *testing.B) {
 					if err != nil {
 						return err
 					}
-					defer d.pool.release(x)
-					y, err := d.pool.alloc(d, int64(4*n*sh.rows), MemScratch)
+					defer d.free(x)
+					y, err := d.alloc(int64(4*n*sh.rows), MemScratch)
 					if err != nil {
 						return err
 					}
-					defer d.pool.release(y)
+					defer d.free(y)
 					if _, err := d.timeIt(1, func() error { return d.matmul(m, x, y, n) }); err != nil {
 						return err
 					}

@@ -2,19 +2,16 @@ package gpu
 
 import (
 	"fmt"
-	"math"
 	"os"
-	"unsafe"
 
-	"github.com/ebitengine/purego"
-
+	"lowbit/gpu/cuda"
 	"lowbit/quantize"
 )
 
 // Prefill products through cuBLAS's tensor-core GEMM, when the library is
-// found at run time (like libcuda, it is dlopened; nothing is needed at
-// build time). A panel of weight rows is dequantized to fp16, the
-// activations converted to fp16, and cublasGemmEx multiplies them with
+// found at run time (cuda.LoadBLAS: like libcuda, it is dlopened; nothing
+// is needed at build time). A panel of weight rows is dequantized to fp16,
+// the activations converted to fp16, and cublasGemmEx multiplies them with
 // fp32 accumulation into the fp32 output. Without cuBLAS the fp32
 // CUDA-core kernel of matmul.cu does the work.
 
@@ -30,147 +27,11 @@ const blasMinTokens = 32
 // panels of at most this size, so scratch stays small beside the model).
 const blasPanelBytes = 64 << 20
 
-// blasLibs are the names tried in order: CUDA 13's and 12's libraries,
-// then the toolkit's default place.
-var blasLibs = [...]string{
-	"libcublas.so.13", "libcublas.so.12", "libcublas.so",
-	"/usr/local/cuda/lib64/libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.12",
-}
-
-var blasSymbols = [...]string{"cublasCreate_v2", "cublasDestroy_v2", "cublasSetStream_v2", "cublasGemmEx"}
-
-const (
-	blasCreate = iota
-	blasDestroy
-	blasSetStream
-	blasGemmEx
-	numBlasFns
-)
-
-// cuBLAS and CUDA enumerations used by GemmEx.
-const (
-	blasOpN        = 0
-	blasOpT        = 1
-	cudaR32F       = 0
-	cudaR16F       = 2
-	cudaR8I        = 3
-	cudaR32I       = 10
-	blasCompute32F = 68
-	blasCompute32I = 72
-	blasGemmDflt   = ^uintptr(0) // CUBLAS_GEMM_DEFAULT (-1)
-)
-
-// blas is a loaded cuBLAS and its handle, bound to the device's stream.
-type blas struct {
-	lib    uintptr
-	path   string
-	fn     [numBlasFns]uintptr
-	handle uintptr
-}
-
-// blasStatusNames names cuBLAS status codes for errors.
-var blasStatusNames = map[uintptr]string{
-	1: "CUBLAS_STATUS_NOT_INITIALIZED", 3: "CUBLAS_STATUS_ALLOC_FAILED", 7: "CUBLAS_STATUS_INVALID_VALUE",
-	8: "CUBLAS_STATUS_ARCH_MISMATCH", 11: "CUBLAS_STATUS_MAPPING_ERROR", 13: "CUBLAS_STATUS_EXECUTION_FAILED",
-	14: "CUBLAS_STATUS_INTERNAL_ERROR", 15: "CUBLAS_STATUS_NOT_SUPPORTED", 16: "CUBLAS_STATUS_LICENSE_ERROR",
-}
-
-// call invokes cuBLAS entry point i and turns its status into an error.
-//
-//go:uintptrescapes
-func (b *blas) call(i int, args ...uintptr) error {
-	r, _, _ := purego.SyscallN(b.fn[i], args...)
-	if uint32(r) == 0 {
-		return nil
-	}
-	name := blasStatusNames[uintptr(uint32(r))]
-	if name == "" {
-		name = fmt.Sprintf("status %d", uint32(r))
-	}
-	return fmt.Errorf("gpu: %s (%s): %s", blasSymbols[i], b.path, name)
-}
-
-// loadBlas finds cuBLAS and creates a handle on stream (device thread,
-// the device's context current).
-func loadBlas(stream uintptr) (*blas, error) {
-	names := blasLibs[:]
-	if p := os.Getenv(blasEnv); p != "" {
-		if p == "off" {
-			return nil, fmt.Errorf("gpu: cuBLAS disabled by %s=off", blasEnv)
-		}
-		names = []string{p}
-	}
-	var lib uintptr
-	var path string
-	var errs []error
-	for _, n := range names {
-		l, err := purego.Dlopen(n, purego.RTLD_NOW|purego.RTLD_GLOBAL)
-		if err == nil {
-			lib, path = l, n
-			break
-		}
-		errs = append(errs, err)
-	}
-	if lib == 0 {
-		return nil, fmt.Errorf("gpu: cuBLAS not found (tried %v): %v", names, errs)
-	}
-	b := &blas{lib: lib, path: path}
-	for i, name := range blasSymbols {
-		p, err := purego.Dlsym(lib, name)
-		if err != nil || p == 0 {
-			purego.Dlclose(lib)
-			return nil, fmt.Errorf("gpu: %s has no %s: %v", path, name, err)
-		}
-		b.fn[i] = p
-	}
-	if err := b.call(blasCreate, uintptr(unsafe.Pointer(&b.handle))); err != nil {
-		purego.Dlclose(lib)
-		return nil, err
-	}
-	if err := b.call(blasSetStream, b.handle, stream); err != nil {
-		b.close()
-		return nil, err
-	}
-	return b, nil
-}
-
-// close destroys the handle and unloads the library.
-func (b *blas) close() {
-	if b.handle != 0 {
-		b.call(blasDestroy, b.handle)
-		b.handle = 0
-	}
-	purego.Dlclose(b.lib)
-}
-
-// gemm queues C[n, m] (row stride ldc) = B[n, k] A[m, k]^T with A and B
-// row-major (row strides lda, ldb): in cuBLAS's column-major terms C^T =
-// op_T(A) B^T. in and out are the inputs' and C's types, ct the compute
-// type and one the bits of 1 in it (alpha; beta is zero).
-func (b *blas) gemm(in, out, ct uintptr, one uint32, m, n, k int, a Buffer, lda int, bb Buffer, ldb int, c Buffer, ldc int) error {
-	alpha, beta := one, uint32(0)
-	return b.call(blasGemmEx, b.handle, blasOpT, blasOpN, uintptr(m), uintptr(n), uintptr(k),
-		uintptr(unsafe.Pointer(&alpha)), uintptr(a.ptr), in, uintptr(lda),
-		uintptr(bb.ptr), in, uintptr(ldb), uintptr(unsafe.Pointer(&beta)),
-		uintptr(c.ptr), out, uintptr(ldc), ct, blasGemmDflt)
-}
-
-// gemmF16 is gemm of fp16 A and B into fp32 C, with fp32 sums.
-func (b *blas) gemmF16(m, n, k int, a Buffer, lda int, bb Buffer, ldb int, c Buffer, ldc int) error {
-	return b.gemm(cudaR16F, cudaR32F, blasCompute32F, math.Float32bits(1), m, n, k, a, lda, bb, ldb, c, ldc)
-}
-
-// gemmI8 is gemm of int8 A and B into int32 C: cuBLAS's int8 tensor-core
-// GEMM, its sums exact.
-func (b *blas) gemmI8(m, n, k int, a Buffer, lda int, bb Buffer, ldb int, c Buffer, ldc int) error {
-	return b.gemm(cudaR8I, cudaR32I, blasCompute32I, 1, m, n, k, a, lda, bb, ldb, c, ldc)
-}
-
 // blasFor returns cuBLAS when a product of m's format over n tokens with
 // float activations should use it, loading the library on first use
 // (device thread). Float32 weights keep lowbit's kernel; ternary ones take
 // int8 activations (matmulI8).
-func (d *Device) blasFor(m *Matrix, n int) *blas {
+func (d *Device) blasFor(m *Matrix, n int) *cuda.BLAS {
 	switch m.Format {
 	case quantize.F16, quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1:
 		return d.blasLoaded(n)
@@ -181,15 +42,25 @@ func (d *Device) blasFor(m *Matrix, n int) *blas {
 // blasLoaded returns cuBLAS for a product of n tokens: nil below
 // blasMinTokens, when disabled, or when the library could not be loaded
 // (device thread).
-func (d *Device) blasLoaded(n int) *blas {
+func (d *Device) blasLoaded(n int) *cuda.BLAS {
 	if n < blasMinTokens || d.blasOff {
 		return nil
 	}
 	if !d.blasTried {
 		d.blasTried = true
-		d.blas, d.blasErr = loadBlas(d.stream)
+		d.blas, d.blasErr = d.loadBlas()
 	}
 	return d.blas
+}
+
+// loadBlas loads cuBLAS from LOWBIT_CUBLAS's path when it is set (not
+// at all when it is "off"), else from the usual places (device thread).
+func (d *Device) loadBlas() (*cuda.BLAS, error) {
+	p := os.Getenv(blasEnv)
+	if p == "off" {
+		return nil, fmt.Errorf("gpu: cuBLAS disabled by %s=off", blasEnv)
+	}
+	return d.cu.LoadBLAS(p)
 }
 
 // BlasStatus says whether prefill products use cuBLAS, and why not
@@ -201,9 +72,9 @@ func (d *Device) BlasStatus() string {
 		case !d.blasTried:
 			s = "cuBLAS: not loaded yet (first used by a prefill of 32 tokens or more)"
 		case d.blas != nil && d.blasI8Err != nil:
-			s = "cuBLAS: " + d.blas.path + "; " + d.blasI8Err.Error()
+			s = "cuBLAS: " + d.blas.Path() + "; " + d.blasI8Err.Error()
 		case d.blas != nil:
-			s = "cuBLAS: " + d.blas.path
+			s = "cuBLAS: " + d.blas.Path()
 		default:
 			s = d.blasErr.Error()
 		}
@@ -218,14 +89,14 @@ func (d *Device) BlasStatus() string {
 // scratch16 returns a scratch buffer of at least n bytes from slot (grown
 // as needed, kept for the next product).
 func (d *Device) scratch16(slot *Buffer, n int64) (Buffer, error) {
-	if slot.size >= n {
+	if slot.Size() >= n {
 		return *slot, nil
 	}
-	if slot.size > 0 {
-		d.pool.release(*slot)
+	if slot.Size() > 0 {
+		d.free(*slot)
 		*slot = Buffer{}
 	}
-	b, err := d.pool.alloc(d, n, MemScratch)
+	b, err := d.alloc(n, MemScratch)
 	if err != nil {
 		return Buffer{}, err
 	}
@@ -236,7 +107,7 @@ func (d *Device) scratch16(slot *Buffer, n int64) (Buffer, error) {
 // matmulBlas queues Y[n, Rows] = X[n, Cols] W^T through cuBLAS: X to fp16
 // once, then W in panels of rows dequantized to fp16 (f16 weights are used
 // as they are), one GEMM a panel (device thread).
-func (d *Device) matmulBlas(bl *blas, m *Matrix, X, Y Buffer, n int) error {
+func (d *Device) matmulBlas(bl *cuda.BLAS, m *Matrix, X, Y Buffer, n int) error {
 	x16, err := d.scratch16(&d.x16, int64(n)*int64(m.Cols)*2)
 	if err != nil {
 		return err
@@ -247,7 +118,7 @@ func (d *Device) matmulBlas(bl *blas, m *Matrix, X, Y Buffer, n int) error {
 		return err
 	}
 	if m.Format == quantize.F16 {
-		return bl.gemmF16(m.Rows, n, m.Cols, m.data, m.rowBytes/2, x16, m.Cols, Y, m.Rows)
+		return bl.GemmF16(m.Rows, n, m.Cols, m.data, m.rowBytes/2, x16, m.Cols, Y, m.Rows)
 	}
 	panel := max(blasPanelBytes/(2*m.Cols), 64)
 	w16, err := d.scratch16(&d.w16, int64(min(panel, m.Rows))*int64(m.Cols)*2)
@@ -257,13 +128,13 @@ func (d *Device) matmulBlas(bl *blas, m *Matrix, X, Y Buffer, n int) error {
 	for r0 := 0; r0 < m.Rows; r0 += panel {
 		rows := min(panel, m.Rows-r0)
 		if err := d.launch("dequant_f16_"+string(m.Format), grid1(rows), grid1(256), 0,
-			uint64(m.data.ptr)+uint64(r0)*uint64(m.rowBytes), offsetHalf(m.scales, r0*m.groups()),
+			m.data.Ptr()+uint64(r0)*uint64(m.rowBytes), offsetHalf(m.scales, r0*m.groups()),
 			offsetHalf(m.mins, r0*m.groups()), argF32(m.scale), argBuf(w16), argInt(m.Cols),
 			argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups())); err != nil {
 			return err
 		}
-		y := Buffer{ptr: Y.ptr + uint64(r0)*4, size: Y.size - int64(r0)*4}
-		if err := bl.gemmF16(rows, n, m.Cols, w16, m.Cols, x16, m.Cols, y, m.Rows); err != nil {
+		y := Y.Slice(int64(r0)*4, Y.Size()-int64(r0)*4)
+		if err := bl.GemmF16(rows, n, m.Cols, w16, m.Cols, x16, m.Cols, y, m.Rows); err != nil {
 			return err
 		}
 	}
@@ -290,7 +161,7 @@ func (d *Device) matmulI8(m *Matrix, n int, q Buffer, qStride int, scale, y Buff
 // matmulBlasI8 is matmulI8 through cuBLAS: W in panels of rows unpacked to
 // int8 (dequant_i8_tq2), one int8 GEMM a panel into Y as int32, then the
 // sums scaled into floats in place (scale_i8_tq2) (device thread).
-func (d *Device) matmulBlasI8(bl *blas, m *Matrix, n int, q Buffer, qStride int, scale, y Buffer) error {
+func (d *Device) matmulBlasI8(bl *cuda.BLAS, m *Matrix, n int, q Buffer, qStride int, scale, y Buffer) error {
 	panel := max(blasPanelBytes/m.Cols/64*64, 64)
 	w8, err := d.scratch16(&d.w16, int64(min(panel, m.Rows))*int64(m.Cols))
 	if err != nil {
@@ -299,11 +170,11 @@ func (d *Device) matmulBlasI8(bl *blas, m *Matrix, n int, q Buffer, qStride int,
 	for r0 := 0; r0 < m.Rows; r0 += panel {
 		rows := min(panel, m.Rows-r0)
 		if err := d.launch("dequant_i8_tq2", grid1(rows), grid1(256), 0,
-			uint64(m.data.ptr)+uint64(r0)*uint64(m.rowBytes), argBuf(w8), argInt(m.Cols), argInt(m.rowBytes)); err != nil {
+			m.data.Ptr()+uint64(r0)*uint64(m.rowBytes), argBuf(w8), argInt(m.Cols), argInt(m.rowBytes)); err != nil {
 			return err
 		}
-		yp := Buffer{ptr: y.ptr + uint64(r0)*4, size: y.size - int64(r0)*4}
-		if err := bl.gemmI8(rows, n, m.Cols, w8, m.Cols, q, qStride, yp, m.Rows); err != nil {
+		yp := y.Slice(int64(r0)*4, y.Size()-int64(r0)*4)
+		if err := bl.GemmI8(rows, n, m.Cols, w8, m.Cols, q, qStride, yp, m.Rows); err != nil {
 			return err
 		}
 	}
@@ -314,8 +185,8 @@ func (d *Device) matmulBlasI8(bl *blas, m *Matrix, n int, q Buffer, qStride int,
 
 // offsetHalf is the address of fp16 element i of b (null stays null).
 func offsetHalf(b Buffer, i int) uint64 {
-	if b.ptr == 0 {
+	if b.Ptr() == 0 {
 		return 0
 	}
-	return b.ptr + uint64(i)*2
+	return b.Ptr() + uint64(i)*2
 }

@@ -1,9 +1,5 @@
 package gpu
 
-import (
-	"unsafe"
-)
-
 // Greedy decode steps chained on the device.
 //
 // Unchained, between two greedy tokens the host waits for the step, copies
@@ -130,41 +126,33 @@ func (b *Backend) chained(key any, tokens []int, pos int) bool {
 // goes to (mapped: the argmax kernel writes it through idDev) and the
 // event that marks it there (device thread).
 func (d *Device) hostID() error {
-	c := d.drv
-	if d.idHost == nil {
-		var p *[2]int32 // pinned memory outside Go's heap
-		if err := c.check(c.call(fnMemAllocHost, uintptr(unsafe.Pointer(&p)), 8), "cuMemAllocHost_v2"); err != nil {
+	if d.idHost.Host() == nil {
+		h, err := d.cu.AllocHostMapped(8) // two int32 ids, by position parity
+		if err != nil {
 			return err
 		}
-		var dp uint64
-		if err := c.check(c.call(fnMemHostGetDevicePointer, uintptr(unsafe.Pointer(&dp)), uintptr(unsafe.Pointer(p)), 0), "cuMemHostGetDevicePointer_v2"); err != nil {
-			c.call(fnMemFreeHost, uintptr(unsafe.Pointer(p)))
-			return err
-		}
-		d.idHost, d.idDev = p, Buffer{ptr: dp, size: 8}
+		d.idHost, d.idDev = h, h.Dev()
 	}
-	if d.idEv == 0 {
-		// CU_EVENT_DISABLE_TIMING: a marker.
-		if err := c.check(c.call(fnEventCreate, uintptr(unsafe.Pointer(&d.idEv)), 2), "cuEventCreate"); err != nil {
+	if d.idEv == nil {
+		ev, err := d.cu.NewEvent()
+		if err != nil {
 			return err
 		}
+		d.idEv = ev
 	}
 	return nil
 }
 
 // markID records the event behind the work that writes the id (device
 // thread).
-func (d *Device) markID() error {
-	d.queued = true
-	return d.drv.check(d.drv.call(fnEventRecord, d.idEv, d.stream), "cuEventRecord")
-}
+func (d *Device) markID() error { return d.idEv.Record() }
 
 // idFromHost waits for the id of the step at pos that the work before
 // markID writes and returns it; work queued after it may still run
 // (device thread).
 func (d *Device) idFromHost(pos int) (int32, error) {
-	if err := d.drv.check(d.drv.call(fnEventSynchronize, d.idEv), "cuEventSynchronize"); err != nil {
+	if err := d.idEv.Synchronize(); err != nil {
 		return 0, err
 	}
-	return d.idHost[pos&1], nil
+	return (*[2]int32)(d.idHost.Host())[pos&1], nil
 }

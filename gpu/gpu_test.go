@@ -293,20 +293,6 @@ func TestFlatKernels(t *testing.T) {
 	}
 }
 
-func TestSizeClass(t *testing.T) {
-	tests := []struct{ in, want int64 }{
-		{1, 512}, {512, 512}, {513, 1024}, {4096, 4096}, {4097, 5120}, {9000, 10240}, {1 << 20, 1 << 20}, {(1 << 20) + 1, 1<<20 + 1<<18},
-	}
-	for _, tc := range tests {
-		if got := sizeClass(tc.in); got != tc.want {
-			t.Errorf("sizeClass(%d) = %d, want %d", tc.in, got, tc.want)
-		}
-		if got := sizeClass(tc.in); got < tc.in || (tc.in > 4096 && float64(got) > 1.25*float64(tc.in)) {
-			t.Errorf("sizeClass(%d) = %d wastes too much", tc.in, got)
-		}
-	}
-}
-
 func TestOpenWithoutGPU(t *testing.T) {
 	d, err := Open(0)
 	if err == nil {
@@ -581,17 +567,17 @@ func TestGraphReplay(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer d.pool.release(xb)
-		yb, err := d.pool.alloc(d, int64(4*rows), MemScratch)
+		defer d.free(xb)
+		yb, err := d.alloc(int64(4*rows), MemScratch)
 		if err != nil {
 			return err
 		}
-		defer d.pool.release(yb)
+		defer d.free(yb)
 		g, err := d.capture(func() error { return d.matvec(m, xb, yb) })
 		if err != nil {
 			return err
 		}
-		defer g.destroy()
+		defer g.Destroy()
 		for i := 0; i < 3; i++ {
 			if err := d.memset(yb, 0xff); err != nil {
 				return err

@@ -81,7 +81,7 @@ func (b *Backend) Linear(x model.Buf, norm model.Norm, outs ...model.Output) {
 			}
 			gu := b.scratchBuf(1, j.Rows)
 			b.product(j, in, gu, 1)
-			b.glu(dsts[0], gu, gu.slice(int64(4*outs[0].W.Rows()), int64(4*outs[0].W.Rows())), outs[0].W.Rows(), outs[0].Act)
+			b.glu(dsts[0], gu, gu.Slice(int64(4*outs[0].W.Rows()), int64(4*outs[0].W.Rows())), outs[0].W.Rows(), outs[0].Act)
 			return
 		}
 	}
@@ -219,7 +219,7 @@ func (b *Backend) span(x model.Buf, n int) Buffer {
 		b.fail(fmt.Errorf("gpu: %d values from %d of buffer %d are not allocated here", n, x.Off(), x.ID()))
 		return Buffer{}
 	}
-	return b.bufs[x.ID()].b.slice(int64(4*x.Off()), int64(4*n))
+	return b.bufs[x.ID()].b.Slice(int64(4*x.Off()), int64(4*n))
 }
 
 // glu queues dst = act(gate) * up over n values.
@@ -253,7 +253,7 @@ func (b *Backend) join(parts []model.Mat) {
 	for _, p := range ps {
 		m := p.m
 		if m.Format != f.Format || m.Cols != f.Cols || m.GroupSize != f.GroupSize || m.rowBytes != f.rowBytes ||
-			(m.scales.ptr == 0) != (f.scales.ptr == 0) || (m.mins.ptr == 0) != (f.mins.ptr == 0) {
+			(m.scales.Ptr() == 0) != (f.scales.Ptr() == 0) || (m.mins.Ptr() == 0) != (f.mins.Ptr() == 0) {
 			return
 		}
 		if (rows*f.rowBytes)%16 != 0 || (rows*f.groups()*2)%16 != 0 {
@@ -265,17 +265,17 @@ func (b *Backend) join(parts []model.Mat) {
 	fused := &Matrix{Format: f.Format, Rows: rows, Cols: f.Cols, GroupSize: f.GroupSize, rowBytes: f.rowBytes, scale: f.scale}
 	err := b.d.do(func() error {
 		var err error
-		if fused.data, err = b.d.pool.alloc(b.d, int64(rows*f.rowBytes), MemWeights); err != nil {
+		if fused.data, err = b.d.alloc(int64(rows*f.rowBytes), MemWeights); err != nil {
 			return err
 		}
-		if f.scales.ptr != 0 {
-			if fused.scales, err = b.d.pool.alloc(b.d, int64(rows*ng*2), MemWeights); err != nil {
+		if f.scales.Ptr() != 0 {
+			if fused.scales, err = b.d.alloc(int64(rows*ng*2), MemWeights); err != nil {
 				b.d.freeMatrix(fused)
 				return err
 			}
 		}
-		if f.mins.ptr != 0 {
-			if fused.mins, err = b.d.pool.alloc(b.d, int64(rows*ng*2), MemWeights); err != nil {
+		if f.mins.Ptr() != 0 {
+			if fused.mins, err = b.d.alloc(int64(rows*ng*2), MemWeights); err != nil {
 				b.d.freeMatrix(fused)
 				return err
 			}
@@ -300,11 +300,11 @@ func (b *Backend) join(parts []model.Mat) {
 				dst, src Buffer
 				per      int
 			}{{fused.data, m.data, f.rowBytes}, {fused.scales, m.scales, ng * 2}, {fused.mins, m.mins, ng * 2}} {
-				if c.src.ptr == 0 {
+				if c.src.Ptr() == 0 {
 					continue
 				}
 				n := int64(m.Rows * c.per)
-				if err := b.d.copyDtoD(c.dst.slice(int64(r0*c.per), n), c.src, n); err != nil {
+				if err := b.d.copyDtoD(c.dst.Slice(int64(r0*c.per), n), c.src, n); err != nil {
 					b.d.freeMatrix(fused)
 					return err
 				}
@@ -321,12 +321,12 @@ func (b *Backend) join(parts []model.Mat) {
 			m := p.m
 			v := &Matrix{Format: m.Format, Rows: m.Rows, Cols: m.Cols, GroupSize: m.GroupSize, rowBytes: m.rowBytes,
 				scale: m.scale, packed: m.packed, scaleSz: m.scaleSz,
-				data: fused.data.slice(int64(r0*f.rowBytes), int64(m.Rows*f.rowBytes))}
-			if fused.scales.ptr != 0 {
-				v.scales = fused.scales.slice(int64(r0*ng*2), int64(m.Rows*ng*2))
+				data: fused.data.Slice(int64(r0*f.rowBytes), int64(m.Rows*f.rowBytes))}
+			if fused.scales.Ptr() != 0 {
+				v.scales = fused.scales.Slice(int64(r0*ng*2), int64(m.Rows*ng*2))
 			}
-			if fused.mins.ptr != 0 {
-				v.mins = fused.mins.slice(int64(r0*ng*2), int64(m.Rows*ng*2))
+			if fused.mins.Ptr() != 0 {
+				v.mins = fused.mins.Slice(int64(r0*ng*2), int64(m.Rows*ng*2))
 			}
 			b.d.freeMatrix(m)
 			p.m, p.join, p.part = v, fused, i

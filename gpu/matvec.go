@@ -126,8 +126,8 @@ func (d *Device) FreeMatrix(m *Matrix) {
 
 func (d *Device) freeMatrix(m *Matrix) {
 	for _, b := range []Buffer{m.data, m.scales, m.mins, m.rowScale} {
-		if b.ptr != 0 {
-			d.pool.release(b)
+		if b.Ptr() != 0 {
+			d.free(b)
 		}
 	}
 	m.data, m.scales, m.mins, m.rowScale = Buffer{}, Buffer{}, Buffer{}, Buffer{}
@@ -198,7 +198,7 @@ type matvecOpts struct {
 
 // fused says whether o asks for more than the plain product.
 func (o matvecOpts) fused() bool {
-	return o.act >= 0 || o.norm.ptr != 0 || o.accum || o.int8 || o.gated
+	return o.act >= 0 || o.norm.Ptr() != 0 || o.accum || o.int8 || o.gated
 }
 
 // matvecKind is a family of matrix-vector kernels of matvec.cu.
@@ -445,7 +445,7 @@ func gatedKernel(m *Matrix, k matvecKernel) bool {
 // of the shared-memory kernels, and both a gate and a norm only with int8
 // x (device thread).
 func (d *Device) canFuse(m *Matrix, o matvecOpts) bool {
-	if o.int8 != m.Format.Spec().Int8Activations || (o.act >= 0 && o.norm.ptr != 0 && !o.int8) {
+	if o.int8 != m.Format.Spec().Int8Activations || (o.act >= 0 && o.norm.Ptr() != 0 && !o.int8) {
 		return false
 	}
 	k := d.kernelFor(m, o)
@@ -601,7 +601,7 @@ func (d *Device) matvecBinary(m *Matrix, bits, beta, y Buffer) error {
 // cuBLAS's tensor cores when it is found and the product is large enough
 // (blas.go), else the fp32 kernel of matmul.cu.
 func (d *Device) matmul(m *Matrix, X, Y Buffer, n int) error {
-	if m.rowScale.ptr != 0 {
+	if m.rowScale.Ptr() != 0 {
 		return fmt.Errorf("gpu: matmul: a joined tq2 matrix [%d, %d] takes the int8 product only", m.Rows, m.Cols)
 	}
 	if bl := d.blasFor(m, n); bl != nil {
@@ -658,12 +658,12 @@ func (d *Device) MatVecAct(m *Matrix, x []float32, act Activations) ([]float32, 
 		if err != nil {
 			return err
 		}
-		defer d.pool.release(xb)
-		yb, err := d.pool.alloc(d, int64(4*m.Rows), MemScratch)
+		defer d.free(xb)
+		yb, err := d.alloc(int64(4*m.Rows), MemScratch)
 		if err != nil {
 			return err
 		}
-		defer d.pool.release(yb)
+		defer d.free(yb)
 		if err := d.memset(yb, 0xff); err != nil { // NaN: unwritten outputs show
 			return err
 		}
@@ -690,16 +690,16 @@ func (d *Device) MatVecAct(m *Matrix, x []float32, act Activations) ([]float32, 
 
 // withInt8 quantizes x to int8 in temporary buffers and runs fn on them.
 func (d *Device) withInt8(m *Matrix, x Buffer, fn func(q, scale Buffer) error) error {
-	q, err := d.pool.alloc(d, int64(m.blocks()*32), MemScratch)
+	q, err := d.alloc(int64(m.blocks()*32), MemScratch)
 	if err != nil {
 		return err
 	}
-	defer d.pool.release(q)
-	s, err := d.pool.alloc(d, 4, MemScratch)
+	defer d.free(q)
+	s, err := d.alloc(4, MemScratch)
 	if err != nil {
 		return err
 	}
-	defer d.pool.release(s)
+	defer d.free(s)
 	if err := d.memset(q, 0); err != nil {
 		return err
 	}
@@ -714,16 +714,16 @@ func (d *Device) withBinary(m *Matrix, x Buffer, fn func(bits, beta Buffer) erro
 	if m.Format != quantize.Q1 {
 		return fmt.Errorf("gpu: binary activations need q1 weights, not %s", m.Format)
 	}
-	bits, err := d.pool.alloc(d, int64(4*m.blocks()), MemScratch)
+	bits, err := d.alloc(int64(4*m.blocks()), MemScratch)
 	if err != nil {
 		return err
 	}
-	defer d.pool.release(bits)
-	beta, err := d.pool.alloc(d, int64(4*m.groups()), MemScratch)
+	defer d.free(bits)
+	beta, err := d.alloc(int64(4*m.groups()), MemScratch)
 	if err != nil {
 		return err
 	}
-	defer d.pool.release(beta)
+	defer d.free(beta)
 	if err := d.binarize(x, m.Cols, m.GroupSize, bits, beta); err != nil {
 		return err
 	}
@@ -742,12 +742,12 @@ func (d *Device) MatMulMatrix(m *Matrix, x []float32, n int) ([]float32, error) 
 		if err != nil {
 			return err
 		}
-		defer d.pool.release(xb)
-		yb, err := d.pool.alloc(d, int64(4*len(y)), MemScratch)
+		defer d.free(xb)
+		yb, err := d.alloc(int64(4*len(y)), MemScratch)
 		if err != nil {
 			return err
 		}
-		defer d.pool.release(yb)
+		defer d.free(yb)
 		if err := d.memset(yb, 0xff); err != nil {
 			return err
 		}

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"unsafe"
 )
 
 // kernelFS holds the kernel sources and their PTX (built by `make kernels`).
@@ -122,28 +121,9 @@ func (d *Device) loadModules() error {
 		if err != nil {
 			return err
 		}
-		img := append(ptx[:len(ptx):len(ptx)], 0)
-		var mod uintptr
-		if err := d.drv.check(d.drv.call(fnModuleLoadData, uintptr(unsafe.Pointer(&mod)), uintptr(unsafe.Pointer(&img[0]))), "cuModuleLoadData "+f+"."+arch+".ptx"); err != nil {
+		if err := d.cu.LoadModule(f+"."+arch+".ptx", ptx); err != nil {
 			return err
 		}
-		d.mods = append(d.mods, mod)
 	}
 	return nil
-}
-
-// function finds a kernel by name in the loaded modules (device thread).
-func (d *Device) function(name string) (uintptr, error) {
-	if f, ok := d.funcs[name]; ok {
-		return f, nil
-	}
-	cname := append([]byte(name), 0)
-	for _, m := range d.mods {
-		var f uintptr
-		if d.drv.call(fnModuleGetFunction, uintptr(unsafe.Pointer(&f)), m, uintptr(unsafe.Pointer(&cname[0]))) == cuSuccess {
-			d.funcs[name] = f
-			return f, nil
-		}
-	}
-	return 0, fmt.Errorf("gpu: kernel %q is in no loaded module", name)
 }

@@ -58,7 +58,7 @@ func (d *Device) kvStore(k, v, kc, vc Buffer, n, kvdim int, pos Buffer) error {
 // may be given: the kernel stores them in the caches itself (no kv_store);
 // zero Buffers mean kv_store ran before.
 func (d *Device) attention(q, kc, vc, out Buffer, n, heads, kvHeads, hd, maxSeq int, pos Buffer, scale float32, kcur, vcur Buffer) error {
-	if n != 1 && kcur.ptr != 0 {
+	if n != 1 && kcur.Ptr() != 0 {
 		return fmt.Errorf("gpu: attention: the kv store folds in for one token only, not %d", n)
 	}
 	if kvHeads <= 0 || heads%kvHeads != 0 {
@@ -122,7 +122,7 @@ func (d *Device) argmaxChain(x Buffer, n int, out, tok, pos, host Buffer) error 
 	}
 	// two float4s a thread (256 threads a block, kernels/norm.cu)
 	blocks := min(max((n/4+511)/512, 1), argmaxBlocks)
-	count := d.argmaxPart.slice(8*argmaxBlocks, 4)
+	count := d.argmaxPart.Slice(8*argmaxBlocks, 4)
 	return d.launchPDL("argmax", grid1(blocks), grid1(256), 0, argBuf(x), argInt(n), argBuf(out), argBuf(tok), argBuf(pos), argBuf(host),
 		argBuf(d.argmaxPart), argBuf(count))
 }
@@ -135,15 +135,15 @@ const argmaxBlocks = 128
 // and by the kernel after each launch. Outside a graph capture: the
 // chained step's capture makes sure of it first (device thread).
 func (d *Device) argmaxScratch() error {
-	if d.argmaxPart.ptr != 0 {
+	if d.argmaxPart.Ptr() != 0 {
 		return nil
 	}
-	b, err := d.pool.alloc(d, 8*argmaxBlocks+4, MemScratch)
+	b, err := d.alloc(8*argmaxBlocks+4, MemScratch)
 	if err != nil {
 		return err
 	}
 	if err := d.memset(b, 0); err != nil {
-		d.pool.release(b)
+		d.free(b)
 		return err
 	}
 	d.argmaxPart = b

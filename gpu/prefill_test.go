@@ -78,7 +78,7 @@ func TestArgmaxOffsets(t *testing.T) {
 			}
 			xb := up(t, d, x, 0)
 			ob := up(t, d, []int32{-1}, 0)
-			view := Buffer{ptr: xb.ptr + uint64(4*off), size: int64(4 * n)}
+			view := xb.Slice(int64(4*off), int64(4*n))
 			run(t, d, func() error { return d.argmax(view, n, ob) })
 			if got := int(down[int32](t, d, ob, 1)[0]); got != want-off {
 				t.Errorf("n %d offset %d: argmax %d, want %d", n, off, got, want-off)
@@ -221,7 +221,7 @@ func TestMatMulI8Blas(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					defer d.do(func() error { d.pool.release(mm.rowScale); return nil })
+					defer d.do(func() error { d.free(mm.rowScale); return nil })
 				}
 				run := func(kernel bool) []float32 {
 					y := make([]float32, sh.n*sh.rows)
@@ -233,16 +233,16 @@ func TestMatMulI8Blas(t *testing.T) {
 						if err != nil {
 							return err
 						}
-						defer d.pool.release(xb)
+						defer d.free(xb)
 						var q, sc, yb Buffer
 						for _, b := range []struct {
 							dst *Buffer
 							n   int
 						}{{&q, sh.n * stride}, {&sc, 4 * sh.n}, {&yb, 4 * len(y)}} {
-							if *b.dst, err = d.pool.alloc(d, int64(b.n), MemScratch); err != nil {
+							if *b.dst, err = d.alloc(int64(b.n), MemScratch); err != nil {
 								return err
 							}
-							defer d.pool.release(*b.dst)
+							defer d.free(*b.dst)
 						}
 						if err := d.memset(yb, 0xff); err != nil {
 							return err

@@ -24,7 +24,7 @@ func (d *Device) topK(x Buffer, n, k int, temp float32, out Buffer) error {
 		return fmt.Errorf("gpu: top-k: temperature %v must be positive", temp)
 	}
 	return d.launchPDL("topk", grid1(1), grid1(1024), 8*topKPool, argBuf(x), argInt(n), argInt(k), argF32(temp),
-		argBuf(out), uint64(out.ptr)+uint64(4*k), uint64(out.ptr)+uint64(8*k), uint64(out.ptr)+uint64(8*k+8))
+		argBuf(out), out.Ptr()+uint64(4*k), out.Ptr()+uint64(8*k), out.Ptr()+uint64(8*k+8))
 }
 
 // topKOf is the k most likely tokens of src[0..n) and the softmax
@@ -36,12 +36,12 @@ func (b *Backend) topKOf(src Buffer, n, k int, temp float32) (*model.Candidates,
 	k = min(k, n, topKPool)
 	raw := make([]byte, 8*k+16)
 	err := b.run(func() error {
-		if b.topk.size < int64(len(raw)) {
-			if b.topk.size > 0 {
-				b.d.pool.release(b.topk)
+		if b.topk.Size() < int64(len(raw)) {
+			if b.topk.Size() > 0 {
+				b.d.free(b.topk)
 			}
 			var err error
-			if b.topk, err = b.d.pool.alloc(b.d, int64(len(raw)), MemScratch); err != nil {
+			if b.topk, err = b.d.alloc(int64(len(raw)), MemScratch); err != nil {
 				b.topk = Buffer{}
 				return err
 			}

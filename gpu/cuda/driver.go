@@ -1,4 +1,4 @@
-package gpu
+package cuda
 
 import (
 	"errors"
@@ -11,10 +11,13 @@ import (
 // ErrNoDriver means libcuda.so.1 (the NVIDIA driver's library) could not be
 // loaded: there is no NVIDIA driver on this machine. Callers fall back to
 // the CPU.
-var ErrNoDriver = errors.New("gpu: no CUDA driver (libcuda.so.1 not found)")
+var ErrNoDriver = errors.New("cuda: no CUDA driver (libcuda.so.1 not found)")
 
 // ErrNoDevice means the driver loaded but reports no usable GPU.
-var ErrNoDevice = errors.New("gpu: no CUDA device")
+var ErrNoDevice = errors.New("cuda: no CUDA device")
+
+// ErrClosed is returned by a Device used after Close.
+var ErrClosed = errors.New("cuda: device is closed")
 
 // cuResult is a CUresult, the driver API's status code.
 type cuResult uint32
@@ -131,7 +134,7 @@ func loadDriver() (*driver, error) {
 		p, err := purego.Dlsym(lib, name)
 		if err != nil || p == 0 {
 			purego.Dlclose(lib)
-			return nil, fmt.Errorf("gpu: libcuda.so.1 has no %s (driver too old?): %v", name, err)
+			return nil, fmt.Errorf("cuda: libcuda.so.1 has no %s (driver too old?): %v", name, err)
 		}
 		d.fn[i] = p
 	}
@@ -162,6 +165,7 @@ func (d *driver) check(r cuResult, op string) error {
 	return &Error{Op: op, Code: int(r), Name: d.errName(r), Desc: d.errString(r)}
 }
 
+// errName is the driver's name of a status code (CUDA_ERROR_...).
 func (d *driver) errName(r cuResult) string {
 	var p *byte
 	if d.call(fnGetErrorName, uintptr(r), uintptr(unsafe.Pointer(&p))) != cuSuccess || p == nil {
@@ -170,6 +174,7 @@ func (d *driver) errName(r cuResult) string {
 	return cString(p)
 }
 
+// errString is the driver's description of a status code.
 func (d *driver) errString(r cuResult) string {
 	var p *byte
 	if d.call(fnGetErrorString, uintptr(r), uintptr(unsafe.Pointer(&p))) != cuSuccess || p == nil {
@@ -188,19 +193,22 @@ func cString(p *byte) string {
 }
 
 // Error is a failed driver call: the operation, the CUresult and the
-// driver's name and description of it.
+// driver's name and description of it, so a report says which call failed
+// and how without a CUDA manual at hand.
 type Error struct {
-	Op   string
-	Code int
-	Name string
-	Desc string
+	Op   string // the driver call, with what it was called on
+	Code int    // the CUresult
+	Name string // the driver's name of Code, e.g. CUDA_ERROR_OUT_OF_MEMORY
+	Desc string // the driver's description of Code
 }
 
+// Error implements error.
 func (e *Error) Error() string {
-	return fmt.Sprintf("gpu: %s: %s (%d): %s", e.Op, e.Name, e.Code, e.Desc)
+	return fmt.Sprintf("cuda: %s: %s (%d): %s", e.Op, e.Name, e.Code, e.Desc)
 }
 
-// IsOutOfMemory says whether err is (or wraps) a device allocation failure.
+// IsOutOfMemory says whether err is (or wraps) a device allocation failure,
+// which a caller may answer by using less memory rather than giving up.
 func IsOutOfMemory(err error) bool {
 	var e *Error
 	return errors.As(err, &e) && cuResult(e.Code) == cuOutOfMemory

@@ -1,11 +1,12 @@
-package gpu
+package cuda
 
 import (
 	"fmt"
 	"unsafe"
 )
 
-// Buffer is a span of device memory. The zero Buffer is empty.
+// Buffer is a span of device memory: its address and length, passed by
+// value like a slice header. The zero Buffer is empty.
 type Buffer struct {
 	ptr  uint64
 	size int64
@@ -14,13 +15,17 @@ type Buffer struct {
 // Size is the buffer's usable length in bytes.
 func (b Buffer) Size() int64 { return b.size }
 
-// Ptr is the device address (a CUdeviceptr), for kernel arguments.
+// Ptr is the device address (a CUdeviceptr), for kernel arguments; 0 for
+// the zero Buffer.
 func (b Buffer) Ptr() uint64 { return b.ptr }
 
-// slice returns the part [off, off+n) of b.
-func (b Buffer) slice(off, n int64) Buffer { return Buffer{ptr: b.ptr + uint64(off), size: n} }
+// Slice returns the part [off, off+n) of b, a view that shares its memory
+// (and is not freed on its own). It does not check the bounds: views past
+// the end of b are the caller's mistake.
+func (b Buffer) Slice(off, n int64) Buffer { return Buffer{ptr: b.ptr + uint64(off), size: n} }
 
-// MemKind says what an allocation holds, for the --stats breakdown.
+// MemKind says what an allocation holds, so MemStats can say where the
+// device's memory went.
 type MemKind int
 
 // The kinds of device memory.
@@ -38,8 +43,8 @@ type MemStats struct {
 }
 
 // pool is a caching allocator: freed blocks are kept in free lists by size
-// class and handed out again, so the decode loop allocates nothing. All of
-// it runs on the device thread.
+// class and handed out again, so a warm loop allocates nothing (which a
+// captured graph needs). All of it runs on the device thread.
 type pool struct {
 	free   map[int64][]uint64
 	live   map[uint64]liveBlock
@@ -47,6 +52,7 @@ type pool struct {
 	cached int64
 }
 
+// liveBlock is an allocated block's size class and kind.
 type liveBlock struct {
 	class int64
 	kind  MemKind
@@ -66,9 +72,11 @@ func sizeClass(n int64) int64 {
 	return (n + step - 1) / step * step
 }
 
+// alloc hands out a cached block of n's size class, or a new one from the
+// driver; on out-of-memory it gives the cache back and tries once more.
 func (p *pool) alloc(d *Device, n int64, kind MemKind) (Buffer, error) {
 	if n <= 0 {
-		return Buffer{}, fmt.Errorf("gpu: allocation of %d bytes", n)
+		return Buffer{}, fmt.Errorf("cuda: allocation of %d bytes", n)
 	}
 	if p.free == nil {
 		p.free, p.live = map[int64][]uint64{}, map[uint64]liveBlock{}
@@ -90,7 +98,7 @@ func (p *pool) alloc(d *Device, n int64, kind MemKind) (Buffer, error) {
 	}
 	if r != cuSuccess {
 		err := d.drv.check(r, "cuMemAlloc_v2")
-		return Buffer{}, fmt.Errorf("gpu: allocating %.1f MiB on %s (in use: weights %.1f MiB, KV cache %.1f MiB, scratch %.1f MiB): %w",
+		return Buffer{}, fmt.Errorf("cuda: allocating %.1f MiB on %s (in use: weights %.1f MiB, KV cache %.1f MiB, scratch %.1f MiB): %w",
 			float64(class)/(1<<20), d.name, mib(p.inUse[MemWeights]), mib(p.inUse[MemKV]), mib(p.inUse[MemScratch]), err)
 	}
 	p.live[ptr] = liveBlock{class, kind}
@@ -98,6 +106,7 @@ func (p *pool) alloc(d *Device, n int64, kind MemKind) (Buffer, error) {
 	return Buffer{ptr: ptr, size: n}, nil
 }
 
+// mib is n bytes in MiB, for messages.
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
 
 // release returns b to its free list.
@@ -133,11 +142,12 @@ func (p *pool) freeAll(d *Device) {
 	p.inUse = [numKinds]int64{}
 }
 
-// Alloc reserves n bytes of device memory of the given kind.
+// Alloc reserves n bytes of device memory of the given kind from the
+// device's pool.
 func (d *Device) Alloc(n int64, kind MemKind) (Buffer, error) {
 	var b Buffer
-	err := d.do(func() (err error) {
-		b, err = d.pool.alloc(d, n, kind)
+	err := d.Do(func() (err error) {
+		b, err = d.MemAlloc(n, kind)
 		return err
 	})
 	return b, err
@@ -145,16 +155,24 @@ func (d *Device) Alloc(n int64, kind MemKind) (Buffer, error) {
 
 // Free returns b to the device's pool.
 func (d *Device) Free(b Buffer) {
-	d.do(func() error {
-		d.pool.release(b)
+	d.Do(func() error {
+		d.MemFree(b)
 		return nil
 	})
 }
 
+// MemAlloc is Alloc on the device thread (device thread).
+func (d *Device) MemAlloc(n int64, kind MemKind) (Buffer, error) { return d.pool.alloc(d, n, kind) }
+
+// MemFree is Free on the device thread: b's block goes back to the pool
+// for reuse; a buffer the pool did not hand out (a Slice, the zero Buffer)
+// is ignored (device thread).
+func (d *Device) MemFree(b Buffer) { d.pool.release(b) }
+
 // MemStats reports the device memory the pool holds, by kind.
 func (d *Device) MemStats() MemStats {
 	var s MemStats
-	d.do(func() error {
+	d.Do(func() error {
 		s = MemStats{Weights: d.pool.inUse[MemWeights], KV: d.pool.inUse[MemKV],
 			Scratch: d.pool.inUse[MemScratch], Cached: d.pool.cached}
 		return nil
@@ -162,14 +180,14 @@ func (d *Device) MemStats() MemStats {
 	return s
 }
 
-// htod copies len(src) bytes to dst at byte offset off (device thread; it
-// waits for the stream first, so no queued kernel still reads dst).
-func (d *Device) htod(dst Buffer, off int64, src []byte) error {
+// HtoD copies len(src) bytes to dst at byte offset off. It waits for the
+// stream first, so no queued kernel still reads dst (device thread).
+func (d *Device) HtoD(dst Buffer, off int64, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
 	if off < 0 || off+int64(len(src)) > dst.size {
-		return fmt.Errorf("gpu: copy of %d bytes at offset %d into a %d-byte buffer", len(src), off, dst.size)
+		return fmt.Errorf("cuda: copy of %d bytes at offset %d into a %d-byte buffer", len(src), off, dst.size)
 	}
 	if err := d.settle(); err != nil {
 		return err
@@ -177,14 +195,14 @@ func (d *Device) htod(dst Buffer, off int64, src []byte) error {
 	return d.drv.check(d.drv.call(fnMemcpyHtoD, uintptr(dst.ptr)+uintptr(off), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src))), "cuMemcpyHtoD_v2")
 }
 
-// dtoh copies len(dst) bytes from src at offset off, after the stream's
-// queued work is done.
-func (d *Device) dtoh(dst []byte, src Buffer, off int64) error {
+// DtoH copies len(dst) bytes from src at offset off, after the stream's
+// queued work is done (device thread).
+func (d *Device) DtoH(dst []byte, src Buffer, off int64) error {
 	if len(dst) == 0 {
 		return nil
 	}
 	if off < 0 || off+int64(len(dst)) > src.size {
-		return fmt.Errorf("gpu: copy of %d bytes at offset %d out of a %d-byte buffer", len(dst), off, src.size)
+		return fmt.Errorf("cuda: copy of %d bytes at offset %d out of a %d-byte buffer", len(dst), off, src.size)
 	}
 	if err := d.settle(); err != nil {
 		return err
@@ -194,46 +212,38 @@ func (d *Device) dtoh(dst []byte, src Buffer, off int64) error {
 
 // CopyToDevice copies src into dst from its start.
 func (d *Device) CopyToDevice(dst Buffer, src []byte) error {
-	return d.do(func() error { return d.htod(dst, 0, src) })
+	return d.Do(func() error { return d.HtoD(dst, 0, src) })
 }
 
 // CopyFromDevice copies len(dst) bytes from the start of src.
 func (d *Device) CopyFromDevice(dst []byte, src Buffer) error {
-	return d.do(func() error { return d.dtoh(dst, src, 0) })
+	return d.Do(func() error { return d.DtoH(dst, src, 0) })
 }
 
-// bytesOf views a slice of plain values as bytes (no copy).
-func bytesOf[T any](s []T) []byte {
-	if len(s) == 0 {
-		return nil
-	}
-	var z T
-	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(z)))
-}
-
-// uploadNew allocates a buffer of kind for src (padded with zeros to pad
-// bytes when pad > len) and copies src into it (device thread).
-func (d *Device) uploadNew(src []byte, pad int64, kind MemKind) (Buffer, error) {
+// UploadNew allocates a buffer of kind for src (padded with zeros to pad
+// bytes when pad > len(src), for kernels that read whole blocks) and
+// copies src into it (device thread).
+func (d *Device) UploadNew(src []byte, pad int64, kind MemKind) (Buffer, error) {
 	n := max(int64(len(src)), pad)
 	b, err := d.pool.alloc(d, n, kind)
 	if err != nil {
 		return Buffer{}, err
 	}
 	if n > int64(len(src)) {
-		if err := d.memset(b, 0); err != nil {
+		if err := d.Memset(b, 0); err != nil {
 			d.pool.release(b)
 			return Buffer{}, err
 		}
 	}
-	if err := d.htod(b, 0, src); err != nil {
+	if err := d.HtoD(b, 0, src); err != nil {
 		d.pool.release(b)
 		return Buffer{}, err
 	}
 	return b, nil
 }
 
-// memset fills b with byte v on the stream.
-func (d *Device) memset(b Buffer, v byte) error {
+// Memset queues filling b with byte v on the stream (device thread).
+func (d *Device) Memset(b Buffer, v byte) error {
 	d.queued = true
 	return d.drv.check(d.drv.call(fnMemsetD8Async, uintptr(b.ptr), uintptr(v), uintptr(b.size), d.stream), "cuMemsetD8Async")
 }
@@ -244,11 +254,12 @@ func (d *Device) settle() error {
 	if !d.queued {
 		return nil
 	}
-	return d.sync()
+	return d.StreamSync()
 }
 
-// copyDtoD queues a device-to-device copy of n bytes.
-func (d *Device) copyDtoD(dst, src Buffer, n int64) error {
+// CopyDtoD queues a device-to-device copy of n bytes from src to dst
+// (device thread).
+func (d *Device) CopyDtoD(dst, src Buffer, n int64) error {
 	d.queued = true
 	return d.drv.check(d.drv.call(fnMemcpyDtoDAsync, uintptr(dst.ptr), uintptr(src.ptr), uintptr(n), d.stream), "cuMemcpyDtoDAsync_v2")
 }
