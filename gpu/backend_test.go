@@ -3,10 +3,12 @@ package gpu
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"lowbit/internal/fixture"
@@ -68,6 +70,21 @@ func newGPUSession(t *testing.T, d *Device, m *model.Model, ctx, batch int) (*mo
 	return s, be
 }
 
+// addBiases gives every layer's q, k and v products a bias (as Qwen2's).
+func addBiases(m *model.Model) {
+	r := rand.New(rand.NewPCG(9, 9))
+	for l := range m.Config.NumLayers {
+		for _, p := range []string{"q", "k", "v"} {
+			w := m.Weights[fmt.Sprintf("model.layers.%d.self_attn.%s_proj.weight", l, p)]
+			b := make([]float32, w.Rows)
+			for i := range b {
+				b[i] = float32(r.NormFloat64() * 0.5)
+			}
+			m.Weights[fmt.Sprintf("model.layers.%d.self_attn.%s_proj.bias", l, p)] = model.FloatWeight(1, w.Rows, b)
+		}
+	}
+}
+
 // TestBackendMatchesCPU runs fixture models (dimensions that are not
 // multiples of 32, GQA, tied and untied heads, BitNet's sub-norms and
 // ternary weights; wider ones that take the fused shared-memory products
@@ -98,9 +115,14 @@ func TestBackendMatchesCPU(t *testing.T) {
 		{"bitnet-tq2", bitnet, quantize.TQ2, 1e-2},
 		{"wide-q4", wideSpec("LlamaForCausalLM"), quantize.Q4, 1e-3},
 		{"wide-bitnet-tq2", wideSpec("BitNetForCausalLM"), quantize.TQ2, 1e-2},
+		{"wide-q4-bias", wideSpec("LlamaForCausalLM"), quantize.Q4, 1e-3},
+		{"llama-f32-bias", fixture.Llama(), quantize.F32, 1e-3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := fixtureModel(t, tc.spec, tc.f)
+			if strings.HasSuffix(tc.name, "-bias") {
+				addBiases(m)
+			}
 			cpu, err := m.NewSession(model.SessionOptions{Context: 64, Batch: 4})
 			if err != nil {
 				t.Fatal(err)

@@ -24,10 +24,16 @@ func (b *Backend) Linear(x model.Buf, norm model.Norm, outs ...model.Output) {
 		g = b.mat(norm.W)
 	}
 	ws, ups, dsts := make([]*gpuMat, len(outs)), make([]*gpuMat, len(outs)), make([]Buffer, len(outs))
+	biases := make([]Buffer, len(outs))
 	for i, o := range outs {
 		ws[i], dsts[i] = b.mat(o.W), b.buf(o.Dst)
 		if o.Up.Valid() {
 			ups[i] = b.mat(o.Up)
+		}
+		if o.Bias.Valid() {
+			if g := b.mat(o.Bias); g != nil {
+				biases[i] = g.m.data
+			}
 		}
 	}
 	if b.err != nil || len(outs) == 0 {
@@ -44,8 +50,12 @@ func (b *Backend) Linear(x model.Buf, norm model.Norm, outs ...model.Output) {
 			b.fail(fmt.Errorf("gpu: linear: [%d, %d] weight for %d rows of %d into %d values", o.W.Rows(), o.W.Cols(), n, cols, o.Dst.Len()))
 			return
 		}
-		if ups[i] != nil && o.Add {
-			b.fail(fmt.Errorf("gpu: linear: a gated output added to its destination"))
+		if ups[i] != nil && (o.Add || o.Bias.Valid()) {
+			b.fail(fmt.Errorf("gpu: linear: a gated output with a bias or added to its destination"))
+			return
+		}
+		if o.Bias.Valid() && o.Bias.Rows()*o.Bias.Cols() != o.W.Rows() {
+			b.fail(fmt.Errorf("gpu: linear: a bias of %d values for %d rows", o.Bias.Rows()*o.Bias.Cols(), o.W.Rows()))
 			return
 		}
 	}
@@ -54,6 +64,9 @@ func (b *Backend) Linear(x model.Buf, norm model.Norm, outs ...model.Output) {
 		b.settle()
 	}
 	if n == 1 && b.pending == nil && b.linearFused(xb, g, norm.Eps, outs, ws, ups, dsts) {
+		for i := range outs {
+			b.addBias(dsts[i], biases[i], outs[i].W.Rows())
+		}
 		return
 	}
 	// The norm, joined with a pending add to x where there is one.
@@ -77,6 +90,9 @@ func (b *Backend) Linear(x model.Buf, norm model.Norm, outs ...model.Output) {
 			// gate then up, activated into Dst.
 			if ups[0] == nil {
 				b.product(j, in, b.span(outs[0].Dst, j.Rows), 1)
+				for i := range outs {
+					b.addBias(dsts[i], biases[i], outs[i].W.Rows())
+				}
 				return
 			}
 			gu := b.scratchBuf(1, j.Rows)
@@ -96,9 +112,11 @@ func (b *Backend) Linear(x model.Buf, norm model.Norm, outs ...model.Output) {
 			b.settle()
 			y := b.scratchBuf(2, o.Dst.Len())
 			b.product(ws[i].m, in, y, n)
+			b.addBias(y, biases[i], o.W.Rows())
 			b.pending = &pendingAdd{dst: o.Dst, src: y}
 		default:
 			b.product(ws[i].m, in, dsts[i], n)
+			b.addBias(dsts[i], biases[i], o.W.Rows())
 		}
 	}
 }
@@ -220,6 +238,16 @@ func (b *Backend) span(x model.Buf, n int) Buffer {
 		return Buffer{}
 	}
 	return b.bufs[x.ID()].b.Slice(int64(4*x.Off()), int64(4*n))
+}
+
+// addBias queues y[r, :] += bias for each row of y (nothing without a
+// bias). A fused product that added to y already has its bias added after.
+func (b *Backend) addBias(y, bias Buffer, rows int) {
+	if bias.Ptr() == 0 {
+		return
+	}
+	n := int(y.Size() / 4)
+	b.op("bias", func() error { return b.d.addRows(y, bias, n, rows) })
 }
 
 // glu queues dst = act(gate) * up over n values.

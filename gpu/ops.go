@@ -94,6 +94,11 @@ func (d *Device) add(x, y Buffer, n int) error {
 	return d.launch("add", blocks256(n), grid1(256), 0, argBuf(x), argBuf(y), argInt(n))
 }
 
+// addRows queues x[r, :] += b for each of the n/cols rows of x.
+func (d *Device) addRows(x, b Buffer, n, cols int) error {
+	return d.launch("add_rows", blocks256(n), grid1(256), 0, argBuf(x), argBuf(b), argInt(n), argInt(cols))
+}
+
 // embed queues the copy of embedding rows tok[0..n) of m (f32 or q8) into
 // the rows of out, times scale.
 func (d *Device) embed(m *Matrix, n int, tok, out Buffer, scale float32) error {

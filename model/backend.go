@@ -163,6 +163,9 @@ type Output struct {
 	// with Act (the MLP's gate and up products and their activation).
 	Up  Mat
 	Act Act
+	// Bias, when set, [1, W.Rows()], is added to each row of x·Wᵀ (an
+	// output without Up).
+	Bias Mat
 	// Add adds the product to Dst (the residual add) instead of storing it.
 	Add bool
 }

@@ -231,7 +231,7 @@ func (c *CPU) Linear(x Buf, norm Norm, outs ...Output) {
 		if c.err != nil {
 			return
 		}
-		if o.W.Cols() != cols || len(dst) != n*o.W.Rows() {
+		if o.W.Cols() != cols || len(dst) != n*o.W.Rows() || (o.Bias.Valid() && (o.Up.Valid() || o.Bias.Rows()*o.Bias.Cols() != o.W.Rows())) {
 			c.fail(fmt.Errorf("cpu: linear: [%d, %d] weight for %d rows of %d into %d values", o.W.Rows(), o.W.Cols(), n, cols, len(dst)))
 			return
 		}
@@ -240,6 +240,17 @@ func (c *CPU) Linear(x Buf, norm Norm, outs ...Output) {
 			y = c.scratch(1, len(dst))
 		}
 		c.matMul(y, in, w, n)
+		if o.Bias.Valid() {
+			b := c.mat(o.Bias)
+			if c.err != nil {
+				return
+			}
+			for r := range n {
+				for i, v := range b.w.F32 {
+					y[r*len(b.w.F32)+i] += v
+				}
+			}
+		}
 		if o.Up.Valid() {
 			up := c.mat(o.Up)
 			if c.err != nil {

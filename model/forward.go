@@ -55,6 +55,7 @@ type Session struct {
 type layerMats struct {
 	attnNorm, ffnNorm, attnSub, ffnSub Norm
 	wq, wk, wv, wo, gate, up, down     Mat
+	bq, bk, bv                         Mat // zero where the model has no bias
 }
 
 // NewSession binds the model to a backend and allocates its cache and
@@ -147,6 +148,18 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 			return nil, err
 		}
 		lm.wq, lm.wk, lm.wv = mats[0], mats[1], mats[2]
+		// q/k/v biases, where the model has them (Qwen2).
+		for _, b := range []struct {
+			dst  *Mat
+			name string
+		}{{&lm.bq, "self_attn.q_proj.bias"}, {&lm.bk, "self_attn.k_proj.bias"}, {&lm.bv, "self_attn.v_proj.bias"}} {
+			if _, ok := m.Weights[p+b.name]; ok {
+				if mats, err = up(p + b.name); err != nil {
+					return nil, err
+				}
+				*b.dst = mats[0]
+			}
+		}
 		if mats, err = up(p + "self_attn.o_proj.weight"); err != nil {
 			return nil, err
 		}
@@ -374,7 +387,7 @@ func (s *Session) forward(ctx context.Context, n, from, rows int, out *ForwardOu
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		be.Linear(x, w.attnNorm, Output{Dst: q, W: w.wq}, Output{Dst: k, W: w.wk}, Output{Dst: v, W: w.wv})
+		be.Linear(x, w.attnNorm, Output{Dst: q, W: w.wq, Bias: w.bq}, Output{Dst: k, W: w.wk, Bias: w.bk}, Output{Dst: v, W: w.wv, Bias: w.bv})
 		be.Attention(att, q, k, v, s.cache, l, s.attn)
 		be.Linear(att, w.attnSub, Output{Dst: x, W: w.wo, Add: true})
 		be.Linear(x, w.ffnNorm, Output{Dst: h, W: w.gate, Up: w.up, Act: s.act})

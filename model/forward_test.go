@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -231,4 +232,45 @@ func relL2(a, b []float32) float64 {
 		n += float64(b[i]) * float64(b[i])
 	}
 	return math.Sqrt(d / n)
+}
+
+// TestBiasChangesOutput checks that q/k/v biases, where the weights have
+// them, enter the forward pass: zero biases leave the logits as they are,
+// others change them.
+func TestBiasChangesOutput(t *testing.T) {
+	ctx := context.Background()
+	m, err := Load(ctx, writeFixture(t, fixture.Llama()), LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits := func() []float32 {
+		s, err := m.NewSession(SessionOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := s.Forward(ctx, []int{1, 5, 9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	plain := logits()
+	bias := func(v float32) {
+		for l := range m.Config.NumLayers {
+			w := m.Weights[fmt.Sprintf("model.layers.%d.self_attn.k_proj.weight", l)]
+			b := make([]float32, w.Rows)
+			for i := range b {
+				b[i] = v * float32(i%3)
+			}
+			m.Weights[fmt.Sprintf("model.layers.%d.self_attn.k_proj.bias", l)] = FloatWeight(1, w.Rows, b)
+		}
+	}
+	bias(0)
+	if got := logits(); !slices.Equal(got, plain) {
+		t.Fatal("zero biases changed the logits")
+	}
+	bias(0.5)
+	if got := logits(); slices.Equal(got, plain) {
+		t.Fatal("biases did not change the logits")
+	}
 }

@@ -155,6 +155,12 @@ extern "C" __global__ void add(float* __restrict__ x, const float* __restrict__ 
     if (i < n) x[i] += y[i];
 }
 
+// add_rows: each row of x [n / cols, cols] += b [cols] (a product's bias).
+extern "C" __global__ void add_rows(float* __restrict__ x, const float* __restrict__ b, int n, int cols) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += b[i % cols];
+}
+
 // embed_f32 and embed_q8 copy row tok[y] of the embedding table into row y
 // of out [n, dim], dequantizing q8 rows (fp16 scale per group of gs), times
 // scale (Gemma's sqrt(hidden); 1 for the others), as the CPU does.
