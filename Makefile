@@ -46,7 +46,8 @@ devbin:
 	mkdir -p .devbin
 	$(GO) build -tags lowbitexp $(GOFLAGS_BUILD) -o .devbin/lowbit ./cmd/lowbit
 	$(GO) test -c -tags lowbitexp -ldflags "-s -w" -o .devbin/gpu.test ./gpu
-	tar czf .devbin/bin.tgz -C .devbin lowbit gpu.test && rm -f .devbin/lowbit .devbin/gpu.test
+	$(GO) test -c -ldflags "-s -w" -o .devbin/cuda.test ./gpu/cuda
+	tar czf .devbin/bin.tgz -C .devbin lowbit gpu.test cuda.test && rm -f .devbin/lowbit .devbin/gpu.test .devbin/cuda.test
 
 clean:
 	rm -rf bin .devbin

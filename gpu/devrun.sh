@@ -29,11 +29,14 @@ build() {
 	tar czf "$OUT/ptx.tgz" gpu/kernels/*.ptx
 }
 
-# gputest: every gpu test against the fresh PTX.
+# gputest: every gpu test against the fresh PTX, and the runtime's own.
 gputest() {
 	"$BIN/gpu.test" -test.v -test.count=1 >"$OUT/gputest.log" 2>&1
 	log "gpu.test exit $?: $(grep -c '^--- PASS' "$OUT/gputest.log") passed, $(grep -c '^--- FAIL' "$OUT/gputest.log") failed"
 	grep -E '^--- FAIL' -A5 "$OUT/gputest.log" | head -40
+	"$BIN/cuda.test" -test.v -test.count=1 >"$OUT/cudatest.log" 2>&1
+	log "cuda.test exit $?: $(grep -c '^--- PASS' "$OUT/cudatest.log") passed, $(grep -c '^--- FAIL' "$OUT/cudatest.log") failed"
+	grep -E '^--- FAIL' -A5 "$OUT/cudatest.log" | head -20
 }
 
 # bench SHAPE BITS [ENV...]: one measurement (tg128, and pp when PP is
