@@ -34,7 +34,7 @@ gputest() {
 	"$BIN/gpu.test" -test.v -test.count=1 >"$OUT/gputest.log" 2>&1
 	log "gpu.test exit $?: $(grep -c '^--- PASS' "$OUT/gputest.log") passed, $(grep -c '^--- FAIL' "$OUT/gputest.log") failed"
 	grep -E '^--- FAIL' -A5 "$OUT/gputest.log" | head -40
-	"$BIN/cuda.test" -test.v -test.count=1 >"$OUT/cudatest.log" 2>&1
+	(cd gpu/cuda && "$BIN/cuda.test" -test.v -test.count=1) >"$OUT/cudatest.log" 2>&1
 	log "cuda.test exit $?: $(grep -c '^--- PASS' "$OUT/cudatest.log") passed, $(grep -c '^--- FAIL' "$OUT/cudatest.log") failed"
 	grep -E '^--- FAIL' -A5 "$OUT/cudatest.log" | head -20
 }
@@ -76,6 +76,15 @@ ab() {
 	PP=512 base tinyllama 4
 	PP=512 bench tinyllama 4
 	bench tinyllama 4 LOWBIT_SKIP=attn,qkv,o,gateup,down,head
+}
+
+# pp: the baseline against this build on TinyLlama q4's pp512, ROUNDS
+# times (default 3), alternating.
+pp() {
+	for round in $(seq "${ROUNDS:-3}"); do
+		PP=512 base tinyllama 4
+		PP=512 bench tinyllama 4
+	done
 }
 
 # ab512: ab with the prompt test too (-p 512 -n 128, as the issues
