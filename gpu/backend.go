@@ -70,10 +70,8 @@ type Backend struct {
 	queue []func() error
 
 	steps map[any]*stepGraph
-	// skip, normed: LOWBIT_SKIP's kernels and the count of normed
-	// products in the step so far (skip.go, profiling only).
-	skip   map[string]bool
-	normed int
+	// skip are LOWBIT_SKIP's kernels (skip.go, profiling only).
+	skip map[string]bool
 	// chain is the decode step chainGreedy queued ahead (chain.go);
 	// noChain turns chaining off (tests compare the two).
 	chain   *chainedStep
@@ -581,7 +579,6 @@ func (b *Backend) setStep(s model.Seq) {
 		buf[b.maxStep+i] = int32(s.Pos + i)
 	}
 	b.n, b.first, b.slot = len(s.Tokens), s.Pos, s.Slot
-	b.normed = 0
 	b.chain, b.running = nil, nil
 	b.op("step", func() error { return b.d.htod(b.step, 0, bytesOf(buf)) })
 }

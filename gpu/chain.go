@@ -85,14 +85,13 @@ func (b *Backend) chainGreedy(key any, sb Buffer, n int) (int, error) {
 }
 
 // captureChain records key's step followed by the argmax of its logits at
-// src (as chainGreedy queues it) into s.chain, once: the step's enqueue
+// src (as chainGreedy queues it) into s.chain, once: the step's pass
 // runs again inside the capture.
 func (b *Backend) captureChain(s *stepGraph, src Buffer, n int) error {
 	s.chainTried = true
 	if s.pass == nil || b.noGraphs {
 		return nil
 	}
-	b.normed = 0
 	// (the argmax's scratch and the id's memory exist before the capture)
 	pre := func() error {
 		if err := b.d.hostID(); err != nil {
