@@ -550,23 +550,11 @@ func (b *Backend) Step(ctx context.Context, st *model.Step, pass func() error) (
 		}
 		if w.Greedy {
 			for r := range rows {
-				res.Next = append(res.Next, hostArgmax(res.Logits[r*vocab:(r+1)*vocab]))
+				res.Next = append(res.Next, model.Argmax(res.Logits[r*vocab:(r+1)*vocab]))
 			}
 		}
 	}
 	return res, b.run(nil)
-}
-
-// hostArgmax is the index of the largest value (the first on ties), as
-// the argmax kernel finds it.
-func hostArgmax(x []float32) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return best
 }
 
 // setStep queues the copy of the step's token ids and positions to

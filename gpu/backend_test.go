@@ -25,16 +25,6 @@ func relL2Of(got, want []float32) float64 {
 	return relL2(f64(want), got)
 }
 
-func argmaxOf(x []float32) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return best
-}
-
 // fixtureModel writes spec to a temporary directory, loads it and
 // quantizes it to f (f32: left as it is).
 func fixtureModel(t *testing.T, spec fixture.Spec, f quantize.Format) *model.Model {
@@ -152,7 +142,7 @@ func matchCPU(t *testing.T, m *model.Model, cpu, gs *model.Session, prompt []int
 	if e := relL2Of(got.Logits, want.Logits); !(e < limit) {
 		t.Fatalf("prompt logits: relative L2 %.3g, want < %.0e", e, limit)
 	}
-	next := argmaxOf(want.Logits[len(want.Logits)-m.Config.VocabSize:])
+	next := model.Argmax(want.Logits[len(want.Logits)-m.Config.VocabSize:])
 	worst := 0.0
 	for step := 0; step < steps; step++ {
 		wl, err := cpu.Forward(ctx, []int{next})
@@ -168,7 +158,7 @@ func matchCPU(t *testing.T, m *model.Model, cpu, gs *model.Session, prompt []int
 		if !(e < limit) {
 			t.Fatalf("decode step %d: relative L2 %.3g, want < %.0e", step, e, limit)
 		}
-		next = argmaxOf(wl)
+		next = model.Argmax(wl)
 	}
 	return worst
 }
@@ -198,7 +188,7 @@ func TestBackendGraphEqualsDirect(t *testing.T) {
 				t.Fatalf("step %d: logit %d: graph %v, direct %v", step, i, a[i], b[i])
 			}
 		}
-		tok = []int{argmaxOf(a)}
+		tok = []int{model.Argmax(a)}
 	}
 	if s := onlyStep(t, gb); s.g == nil || s.runs < 19 {
 		t.Fatalf("decode steps were not replayed from a graph: %+v", s)
@@ -329,7 +319,7 @@ func TestBackendStoriesGreedy(t *testing.T) {
 			}
 			var got []int
 			for i := 0; i < len(exp.Generated); i++ {
-				next := argmaxOf(logits)
+				next := model.Argmax(logits)
 				got = append(got, next)
 				if logits, err = gs.Forward(ctx, []int{next}); err != nil {
 					t.Fatal(err)
@@ -444,7 +434,7 @@ func TestBackendFlatKernels(t *testing.T) {
 		if e := relL2Of(a, b); !(e < 1e-5) {
 			t.Fatalf("step %d: flat kernels' logits off the row-loop kernels' by relative L2 %.3g", step, e)
 		}
-		tok = []int{argmaxOf(b)}
+		tok = []int{model.Argmax(b)}
 	}
 	if len(fb.joined) == 0 {
 		t.Fatal("no joined q/k/v or gate/up weights")

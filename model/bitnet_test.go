@@ -252,7 +252,7 @@ func checkTop1(t *testing.T, cfg Config, weights map[string]*Weight, tokens []in
 	agree, worst := 0, 0.0
 	for p := range tokens {
 		ra, rb := a[p*v:(p+1)*v], b[p*v:(p+1)*v]
-		if argmax(ra) == argmax(rb) {
+		if Argmax(ra) == Argmax(rb) {
 			agree++
 		}
 		worst = max(worst, quantize.RelL2(ra, rb))

@@ -169,7 +169,7 @@ func (c *CPU) Step(ctx context.Context, st *Step, pass func() error) (*StepResul
 	for r := 0; r < len(logits)/st.Vocab; r++ {
 		row := logits[r*st.Vocab : (r+1)*st.Vocab]
 		if st.Want.Greedy {
-			res.Next = append(res.Next, argmax(row))
+			res.Next = append(res.Next, Argmax(row))
 		}
 		if st.Want.TopK > 0 {
 			res.Cands = append(res.Cands, TopCandidates(row, st.Want.TopK, st.Want.Temp))

@@ -50,7 +50,7 @@ func greedy(t testing.TB, s *Session, prompt []int, steps int) []int {
 	}
 	var out []int
 	for i := 0; i < steps; i++ {
-		next := argmax(logits)
+		next := Argmax(logits)
 		out = append(out, next)
 		if i == steps-1 {
 			break

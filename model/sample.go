@@ -105,7 +105,7 @@ func (s *Sampler) Sample(logits []float32, history []int) int {
 		}
 	}
 	if o.Temperature <= 0 {
-		return argmax(x)
+		return Argmax(x)
 	}
 	// Candidates sorted by logit, most likely first; softmax at the temperature.
 	c := s.cands[:0]
@@ -285,8 +285,9 @@ func (s *Sampler) uniform() float64 {
 	return s.rng.Float64()
 }
 
-// argmax is the index of the largest value (the first on ties).
-func argmax(x []float32) int {
+// Argmax is the index of the largest value (the first on ties): the
+// greedy token, as every backend picks it.
+func Argmax(x []float32) int {
 	best := 0
 	for i, v := range x {
 		if v > x[best] {
