@@ -43,9 +43,39 @@ type Config struct {
 	// EmbedScale multiplies embeddings by sqrt(hidden_size) (Gemma).
 	EmbedScale bool `json:"embed_scale,omitempty"`
 	// SubNorms adds BitNet's attn_sub_norm (before o_proj) and ffn_sub_norm (before down_proj).
-	SubNorms bool  `json:"sub_norms,omitempty"`
-	BOS      int   `json:"bos_token_id"`
-	EOS      []int `json:"eos_token_ids"`
+	SubNorms bool `json:"sub_norms,omitempty"`
+	// QKVBias says q, k and v have biases (Qwen2).
+	QKVBias bool `json:"qkv_bias,omitempty"`
+	// QKNorm RMS-normalizes each head of q and k before the rotation
+	// (q_norm, k_norm: Qwen3, Gemma 3).
+	QKNorm bool `json:"qk_norm,omitempty"`
+	// SandwichNorms puts a norm after attention and after the MLP too,
+	// before each residual add (Gemma 2 and 3: post_attention_layernorm,
+	// pre_feedforward_layernorm, post_feedforward_layernorm).
+	SandwichNorms bool `json:"sandwich_norms,omitempty"`
+	// AttnSoftCap and FinalSoftCap cap the attention scores and the
+	// logits: cap * tanh(x / cap) (Gemma 2); 0: none.
+	AttnSoftCap  float64 `json:"attn_logit_softcapping,omitempty"`
+	FinalSoftCap float64 `json:"final_logit_softcapping,omitempty"`
+	// QueryPreAttnScalar, when set, makes the attention scale
+	// 1/sqrt(QueryPreAttnScalar) instead of 1/sqrt(HeadDim) (Gemma 2, 3).
+	QueryPreAttnScalar float64 `json:"query_pre_attn_scalar,omitempty"`
+	// LayerWindows holds each layer's sliding window (0: the layer attends
+	// to everything) where layers differ (Gemma 2's alternation, Gemma 3's
+	// pattern, Qwen2's max_window_layers); empty: SlidingWindow for all.
+	LayerWindows []int `json:"layer_windows,omitempty"`
+	// LocalRopeTheta is the rotary base of the sliding-window layers where
+	// it differs from RopeTheta (Gemma 3's rope_local_base_freq); those
+	// layers take no rope scaling.
+	LocalRopeTheta float64 `json:"local_rope_theta,omitempty"`
+	// NoRopeLayers lists the layers that take no rotary embedding
+	// (SmolLM3).
+	NoRopeLayers []int `json:"no_rope_layers,omitempty"`
+	// RotaryDim is how many of a head's dimensions rotate (Phi's
+	// partial_rotary_factor); 0: all of HeadDim.
+	RotaryDim int   `json:"rotary_dim,omitempty"`
+	BOS       int   `json:"bos_token_id"`
+	EOS       []int `json:"eos_token_ids"`
 }
 
 // RopeScaling is the rotary embedding scaling of the config (linear, dynamic or llama3).
