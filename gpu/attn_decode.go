@@ -106,22 +106,26 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 // launch queues attention of the step's token (position pos[0]) over the
 // layer's caches, storing the step's k and v into them; ropeCS, when set
 // (a ropeTable), rotates q and k first (device thread).
-func (a *attnDecode) launch(d *Device, q, kcur, vcur, kc, vc, out Buffer, heads, kvHeads int, pos Buffer, scale float32, ropeCS Buffer, window int) error {
+func (a *attnDecode) launch(d *Device, q, kcur, vcur, kc, vc, out Buffer, heads, kvHeads int, pos Buffer, scale, softcap float32, ropeCS Buffer, window int) error {
 	return d.launchPDL(a.name, grid2(kvHeads*a.split, a.slices), grid1(a.threads), a.shared,
 		argBuf(q), argBuf(kcur), argBuf(vcur), argBuf(kc), argBuf(vc), argBuf(out), argBuf(a.part), argBuf(a.count),
-		argInt(heads), argInt(kvHeads), argBuf(pos), argF32(scale), argBuf(ropeCS), argInt(window), argInt(a.sliceLen))
+		argInt(heads), argInt(kvHeads), argBuf(pos), argF32(scale), argF32(softcap), argBuf(ropeCS), argInt(window), argInt(a.sliceLen))
 }
 
 // ropeTable is cos and sin of every position's rotary angles, [positions]
-// [len(invFreq)] pairs, computed as the CPU backend computes them (the
-// float32 angle p*f, its cosine and sine in float64), so the decode
-// attention reads its rotation instead of evaluating it.
-func ropeTable(invFreq []float32, positions int) []float32 {
-	t := make([]float32, 0, 2*positions*len(invFreq))
+// [pairs] pairs, from a rotation (model.Attn.Rope: the pairs' inverse
+// frequencies, then their factors), computed as the CPU backend computes
+// them (the float32 angle p*f, its cosine and sine in float64, times the
+// factor in float32), so the decode attention reads its rotation instead
+// of evaluating it.
+func ropeTable(rope []float32, positions int) []float32 {
+	half := len(rope) / 2
+	freq, factor := rope[:half], rope[half:]
+	t := make([]float32, 0, 2*positions*half)
 	for p := 0; p < positions; p++ {
-		for _, f := range invFreq {
+		for j, f := range freq {
 			a := float64(float32(p) * f)
-			t = append(t, float32(math.Cos(a)), float32(math.Sin(a)))
+			t = append(t, float32(math.Cos(a))*factor[j], float32(math.Sin(a))*factor[j])
 		}
 	}
 	return t

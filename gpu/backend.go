@@ -41,10 +41,11 @@ type Backend struct {
 	// joined are the matrices of groups uploaded together; their parts
 	// are views into them.
 	joined []*Matrix
-	// scratch are the backend's own buffers (the normed input, products
-	// waiting for their add or activation): grown, never shrunk, and the
+	// scratch are the backend's own buffers (0: the normed input; 1: a
+	// product waiting for its activation or norm; 2: a product waiting for
+	// its add; 3, 4: normed q and k): grown, never shrunk, and the
 	// replaced ones kept until Close, as recorded graphs read them.
-	scratch [3]Buffer
+	scratch [5]Buffer
 	retired []Buffer
 
 	// tok and pos hold the step's token ids and the positions of its
@@ -113,13 +114,12 @@ type gpuCache struct {
 	shape model.CacheShape
 	k, v  []Buffer // [layer*slots + slot]
 	all   Buffer
-	// dec is the decode attention's plan for this cache (made on first
-	// use; nil with decErr when attn_decode does not take the layout);
-	// rope its rotation table (ropeTable) for the cache's positions.
-	dec    *attnDecode
-	decErr error
-	tried  bool
-	rope   Buffer
+	// dec are the decode attention's plans for this cache by window (made
+	// on first use; nil where attn_decode does not take the layout); rope
+	// the rotation tables (ropeTable) for the cache's positions, by
+	// rotation.
+	dec  map[int]*attnDecode
+	rope map[*gpuMat]Buffer
 }
 
 // stepGraph is a decode step: run directly once (lazy preparations happen
@@ -192,12 +192,14 @@ func (b *Backend) Close() {
 		}
 		for _, c := range b.caches {
 			b.d.free(c.all)
-			if c.dec != nil {
-				b.d.free(c.dec.part)
-				b.d.free(c.dec.count)
+			for _, p := range c.dec {
+				if p != nil {
+					b.d.free(p.part)
+					b.d.free(p.count)
+				}
 			}
-			if c.rope.Ptr() != 0 {
-				b.d.free(c.rope)
+			for _, t := range c.rope {
+				b.d.free(t)
 			}
 		}
 		var all []Buffer
@@ -216,7 +218,7 @@ func (b *Backend) Close() {
 		return nil
 	})
 	b.steps, b.mats, b.byWeight, b.caches, b.bufs, b.i8, b.joined = map[any]*stepGraph{}, nil, map[*model.Weight]int{}, nil, nil, map[int]Buffer{}, nil
-	b.scratch, b.retired = [3]Buffer{}, nil
+	b.scratch, b.retired = [5]Buffer{}, nil
 	b.step, b.tok, b.pos, b.scale, b.idx, b.topk = Buffer{}, Buffer{}, Buffer{}, Buffer{}, Buffer{}, Buffer{}
 }
 
@@ -397,7 +399,7 @@ func (b *Backend) NewCache(s model.CacheShape) (model.Cache, error) {
 	b.flush()
 	per := int64(s.Positions) * int64(s.KVDim) * 4
 	parts := int64(s.Layers) * int64(s.Slots)
-	c := &gpuCache{shape: s}
+	c := &gpuCache{shape: s, dec: map[int]*attnDecode{}, rope: map[*gpuMat]Buffer{}}
 	err := b.d.do(func() (err error) {
 		if c.all, err = b.d.alloc(2*parts*per, MemKV); err != nil {
 			return err
@@ -605,16 +607,19 @@ func (b *Backend) Embed(dst model.Buf, table model.Mat, scale float32) {
 	b.op("embed", func() error { return b.d.embed(m, n, b.tok, out, scale) })
 }
 
-// Attention implements model.Backend: one token through attn_decode
-// (split over the sequence, the rotation inside), a prompt through
-// attn_prefill (flash style) where its head size is built, else the
-// general kernel, which has no sliding window.
+// Attention implements model.Backend: q/k norms (into scratch), then one
+// token through attn_decode (split over the sequence, the rotation
+// inside), a prompt through rope and attn_prefill (flash style) where its
+// head size is built, else the general kernel.
 func (b *Backend) Attention(out, q, k, v model.Buf, kc model.Cache, layer int, a model.Attn) {
 	c := b.cache(kc)
 	ob, qb, kb, vb := b.buf(out), b.buf(q), b.buf(k), b.buf(v)
-	var rope *gpuMat
+	var rope, qn, kn *gpuMat
 	if a.Rope.Valid() {
 		rope = b.mat(a.Rope)
+	}
+	if a.QNorm.W.Valid() {
+		qn, kn = b.mat(a.QNorm.W), b.mat(a.KNorm.W)
 	}
 	if b.err != nil {
 		return
@@ -626,6 +631,24 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.Cache, layer int, a
 		b.fail(fmt.Errorf("gpu: attention: layer %d, %d tokens of %d/%d heads of %d do not fit the buffers or cache", layer, n, a.Heads, a.KVHeads, a.HeadDim))
 		return
 	}
+	if rope != nil && (rope.w.Rows != 2 || rope.w.Cols != a.HeadDim/2) {
+		b.fail(fmt.Errorf("gpu: attention: a rotation of [%d, %d] for heads of %d", rope.w.Rows, rope.w.Cols, a.HeadDim))
+		return
+	}
+	if qn != nil {
+		// Each head of q and k normed into scratch, which the attention
+		// then reads (and stores k from).
+		qs, ks := b.scratchBuf(3, q.Len()), b.scratchBuf(4, k.Len())
+		qe, ke := a.QNorm.Eps, a.KNorm.Eps
+		hd := a.HeadDim
+		b.op("q/k norm", func() error {
+			if err := b.d.rmsnorm(qb, qn.m.data, qs, n*a.Heads, hd, qe, 0); err != nil {
+				return err
+			}
+			return b.d.rmsnorm(kb, kn.m.data, ks, n*a.KVHeads, hd, ke, 0)
+		})
+		qb, kb = qs, ks
+	}
 	if n == 1 && b.skip["attn"] {
 		return
 	}
@@ -633,23 +656,16 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.Cache, layer int, a
 	positions := c.shape.Positions
 	b.op("attention", func() error {
 		if n == 1 {
-			if !c.tried {
-				c.tried = true
-				c.dec, c.decErr = b.d.newAttnDecode(a.Heads, a.KVHeads, a.HeadDim, positions, a.Window)
-			}
-			if c.dec != nil && rope != nil && c.rope.Ptr() == 0 && len(rope.w.F32) == a.HeadDim/2 {
-				var err error
-				c.rope, err = b.d.uploadNew(bytesOf(ropeTable(rope.w.F32, positions)), 0, MemKV)
-				if err != nil {
+			dec := c.decode(b.d, a, positions)
+			var cs Buffer
+			var err error
+			if dec != nil && rope != nil {
+				if cs, err = c.ropeTable(b.d, rope, positions); err != nil {
 					return err
 				}
 			}
-			if c.dec != nil && (rope == nil || c.rope.Ptr() != 0) {
-				var cs Buffer
-				if rope != nil {
-					cs = c.rope
-				}
-				return c.dec.launch(b.d, qb, kb, vb, kc0, vc0, ob, a.Heads, a.KVHeads, b.pos, a.Scale, cs, a.Window)
+			if dec != nil {
+				return dec.launch(b.d, qb, kb, vb, kc0, vc0, ob, a.Heads, a.KVHeads, b.pos, a.Scale, a.SoftCap, cs, a.Window)
 			}
 		}
 		if rope != nil {
@@ -664,23 +680,45 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.Cache, layer int, a
 			if err := b.d.kvStore(kb, vb, kc0, vc0, n, kvd, b.pos); err != nil {
 				return err
 			}
-			return b.d.attnPrefill(qb, kc0, vc0, ob, n, a.Heads, a.KVHeads, a.HeadDim, positions, b.pos, a.Scale, a.Window)
-		}
-		if a.Window > 0 && b.first+n > a.Window {
-			err := fmt.Errorf("gpu: attention: sliding window of %d positions with head size %d is not supported on the GPU (position %d)", a.Window, a.HeadDim, b.first+n)
-			if c.decErr != nil {
-				err = fmt.Errorf("%w: %w", err, c.decErr)
-			}
-			return err
+			return b.d.attnPrefill(qb, kc0, vc0, ob, n, a.Heads, a.KVHeads, a.HeadDim, positions, b.pos, a.Scale, a.SoftCap, a.Window)
 		}
 		if n == 1 { // the kernel stores k and v itself
-			return b.d.attention(qb, kc0, vc0, ob, 1, a.Heads, a.KVHeads, a.HeadDim, positions, b.pos, a.Scale, kb, vb)
+			return b.d.attention(qb, kc0, vc0, ob, 1, a.Heads, a.KVHeads, a.HeadDim, positions, b.pos, a.Scale, a.SoftCap, a.Window, kb, vb)
 		}
 		if err := b.d.kvStore(kb, vb, kc0, vc0, n, kvd, b.pos); err != nil {
 			return err
 		}
-		return b.d.attention(qb, kc0, vc0, ob, n, a.Heads, a.KVHeads, a.HeadDim, positions, b.pos, a.Scale, Buffer{}, Buffer{})
+		return b.d.attention(qb, kc0, vc0, ob, n, a.Heads, a.KVHeads, a.HeadDim, positions, b.pos, a.Scale, a.SoftCap, a.Window, Buffer{}, Buffer{})
 	})
+}
+
+// decode is the cache's attn_decode plan for a's layout and window (made
+// on first use), or nil where the kernel does not take it (device
+// thread).
+func (c *gpuCache) decode(d *Device, a model.Attn, positions int) *attnDecode {
+	p, ok := c.dec[a.Window]
+	if !ok {
+		var err error
+		if p, err = d.newAttnDecode(a.Heads, a.KVHeads, a.HeadDim, positions, a.Window); err != nil {
+			p = nil // the general kernel takes it
+		}
+		c.dec[a.Window] = p
+	}
+	return p
+}
+
+// ropeTable is the cache's table of rope's rotation at every position
+// (made on first use; device thread).
+func (c *gpuCache) ropeTable(d *Device, rope *gpuMat, positions int) (Buffer, error) {
+	if t, ok := c.rope[rope]; ok {
+		return t, nil
+	}
+	t, err := d.uploadNew(bytesOf(ropeTable(rope.w.F32, positions)), 0, MemKV)
+	if err != nil {
+		return Buffer{}, err
+	}
+	c.rope[rope] = t
+	return t, nil
 }
 
 // gluOf maps the model's activation to the kernels' code.

@@ -62,6 +62,7 @@ func newGPUSession(t *testing.T, d *Device, m *model.Model, ctx, batch int) (*mo
 
 // addBiases gives every layer's q, k and v products a bias (as Qwen2's).
 func addBiases(m *model.Model) {
+	m.Config.QKVBias = true
 	r := rand.New(rand.NewPCG(9, 9))
 	for l := range m.Config.NumLayers {
 		for _, p := range []string{"q", "k", "v"} {

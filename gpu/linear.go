@@ -102,21 +102,41 @@ func (b *Backend) Linear(x model.Buf, norm model.Norm, outs ...model.Output) {
 		}
 	}
 	for i, o := range outs {
-		switch {
-		case ups[i] != nil:
+		if ups[i] != nil {
 			up := b.scratchBuf(1, o.Dst.Len())
 			b.product(ws[i].m, in, dsts[i], n)
 			b.product(ups[i].m, in, up, n)
 			b.glu(dsts[i], dsts[i], up, o.Dst.Len(), o.Act)
-		case o.Add:
+			continue
+		}
+		if o.Add {
 			b.settle()
-			y := b.scratchBuf(2, o.Dst.Len())
-			b.product(ws[i].m, in, y, n)
-			b.addBias(y, biases[i], o.W.Rows())
-			b.pending = &pendingAdd{dst: o.Dst, src: y}
-		default:
-			b.product(ws[i].m, in, dsts[i], n)
-			b.addBias(dsts[i], biases[i], o.W.Rows())
+		}
+		// The product goes where the steps after it want it: a normed one
+		// to scratch first, an added one to the pending scratch.
+		y, final := dsts[i], dsts[i]
+		if o.Add {
+			y, final = b.scratchBuf(2, o.Dst.Len()), b.scratchBuf(2, o.Dst.Len())
+		}
+		if o.Norm.W.Valid() {
+			y = b.scratchBuf(1, o.Dst.Len())
+		}
+		b.product(ws[i].m, in, y, n)
+		b.addBias(y, biases[i], o.W.Rows())
+		if o.Norm.W.Valid() {
+			g := b.mat(o.Norm.W)
+			if b.err != nil {
+				return
+			}
+			rows, eps, src := o.W.Rows(), o.Norm.Eps, y
+			b.op("rmsnorm", func() error { return b.d.rmsnorm(src, g.m.data, final, n, rows, eps, 0) })
+		}
+		if o.SoftCap > 0 {
+			limit, m := o.SoftCap, o.Dst.Len()
+			b.op("softcap", func() error { return b.d.softCap(final, m, limit) })
+		}
+		if o.Add {
+			b.pending = &pendingAdd{dst: o.Dst, src: final}
 		}
 	}
 }
@@ -128,6 +148,11 @@ func joinedOutput(outs []model.Output, ws, ups []*gpuMat) *Matrix {
 	j := ws[0].join
 	if j == nil || ws[0].part != 0 {
 		return nil
+	}
+	for _, o := range outs {
+		if o.Norm.W.Valid() || o.SoftCap > 0 || o.Bias.Valid() && ups[0] != nil {
+			return nil
+		}
 	}
 	if ups[0] != nil {
 		if len(outs) == 1 && ups[0].join == j && ups[0].part == 1 && j.Rows == 2*ws[0].m.Rows {
@@ -189,7 +214,7 @@ func (b *Backend) linearFused(x Buffer, g *gpuMat, eps float32, outs []model.Out
 	} else {
 		for i, out := range outs {
 			o, ok := opts(ws[i].m, out.Add)
-			if !ok || ups[i] != nil || !b.d.canFuse(ws[i].m, o) {
+			if !ok || ups[i] != nil || out.Norm.W.Valid() || out.SoftCap > 0 || !b.d.canFuse(ws[i].m, o) {
 				return false
 			}
 			jobs = append(jobs, job{ws[i].m, dsts[i], o})

@@ -57,7 +57,7 @@ func (d *Device) kvStore(k, v, kc, vc Buffer, n, kvdim int, pos Buffer) error {
 // scores' shared memory. For one token, kcur and vcur (the step's k and v)
 // may be given: the kernel stores them in the caches itself (no kv_store);
 // zero Buffers mean kv_store ran before.
-func (d *Device) attention(q, kc, vc, out Buffer, n, heads, kvHeads, hd, maxSeq int, pos Buffer, scale float32, kcur, vcur Buffer) error {
+func (d *Device) attention(q, kc, vc, out Buffer, n, heads, kvHeads, hd, maxSeq int, pos Buffer, scale, softcap float32, window int, kcur, vcur Buffer) error {
 	if n != 1 && kcur.Ptr() != 0 {
 		return fmt.Errorf("gpu: attention: the kv store folds in for one token only, not %d", n)
 	}
@@ -81,7 +81,7 @@ func (d *Device) attention(q, kc, vc, out Buffer, n, heads, kvHeads, hd, maxSeq 
 		threads = 1024
 	}
 	return d.launch("attention", grid2(heads, n), grid1(threads), shared, argBuf(q), argBuf(kc), argBuf(vc), argBuf(out),
-		argInt(heads), argInt(kvHeads), argInt(hd), argBuf(pos), argF32(scale), argBuf(kcur), argBuf(vcur))
+		argInt(heads), argInt(kvHeads), argInt(hd), argBuf(pos), argF32(scale), argF32(softcap), argInt(window), argBuf(kcur), argBuf(vcur))
 }
 
 // glu queues out = act(g) * u.
@@ -92,6 +92,11 @@ func (d *Device) glu(g, u, out Buffer, n int, act GLU) error {
 // add queues x += y.
 func (d *Device) add(x, y Buffer, n int) error {
 	return d.launch("add", blocks256(n), grid1(256), 0, argBuf(x), argBuf(y), argInt(n))
+}
+
+// softCap queues x = limit * tanh(x / limit) over n values.
+func (d *Device) softCap(x Buffer, n int, limit float32) error {
+	return d.launch("softcap", blocks256(n), grid1(256), 0, argBuf(x), argInt(n), argF32(limit))
 }
 
 // addRows queues x[r, :] += b for each of the n/cols rows of x.

@@ -86,20 +86,26 @@ func TestOps(t *testing.T) {
 	t.Run("rope", func(t *testing.T) {
 		heads, hd, pos := 4, 64, int32(37)
 		v := gaussian(r, heads*hd)
-		inv := make([]float32, hd/2)
-		for i := range inv {
-			inv[i] = float32(math.Pow(10000, -2*float64(i)/float64(hd)))
+		// The table: each pair's frequency, then its factor (the last
+		// pairs do not rotate, as under a partial rotation).
+		table := make([]float32, hd)
+		for i := range hd / 2 {
+			table[i] = float32(math.Pow(10000, -2*float64(i)/float64(hd)))
+			table[hd/2+i] = 1.25
+			if i >= hd/2-4 {
+				table[i], table[hd/2+i] = 0, 1
+			}
 		}
 		vb := up(t, d, v, 0)
-		pb, ib := up(t, d, []int32{pos}, 0), up(t, d, inv, 0)
+		pb, ib := up(t, d, []int32{pos}, 0), up(t, d, table, 0)
 		run(t, d, func() error { return d.rope(vb, 1, heads, hd, pb, ib) })
 		ref := make([]float64, heads*hd)
 		for h := 0; h < heads; h++ {
 			for i := 0; i < hd/2; i++ {
 				a, b := float64(v[h*hd+i]), float64(v[h*hd+i+hd/2])
-				ang := float64(pos) * float64(inv[i])
-				ref[h*hd+i] = a*math.Cos(ang) - b*math.Sin(ang)
-				ref[h*hd+i+hd/2] = b*math.Cos(ang) + a*math.Sin(ang)
+				ang, f := float64(pos)*float64(table[i]), float64(table[hd/2+i])
+				ref[h*hd+i] = f * (a*math.Cos(ang) - b*math.Sin(ang))
+				ref[h*hd+i+hd/2] = f * (b*math.Cos(ang) + a*math.Sin(ang))
 			}
 		}
 		check(t, "rope", ref, down[float32](t, d, vb, heads*hd), 1e-5)
@@ -124,7 +130,7 @@ func TestOps(t *testing.T) {
 		scale := float32(1 / math.Sqrt(float64(hd)))
 		qb := up(t, d, q, 0)
 		run(t, d, func() error {
-			return d.attention(qb, kc, vc, out, 1, heads, kvHeads, hd, maxSeq, posb, scale, Buffer{}, Buffer{})
+			return d.attention(qb, kc, vc, out, 1, heads, kvHeads, hd, maxSeq, posb, scale, 0, 0, Buffer{}, Buffer{})
 		})
 		ref := make([]float64, heads*hd)
 		for h := 0; h < heads; h++ {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -110,7 +111,7 @@ func TestAttnPrefill(t *testing.T) {
 				out := up(t, d, make([]float32, n*heads*hd), 0)
 				scale := float32(1 / math.Sqrt(float64(hd)))
 				run(t, d, func() error {
-					return d.attnPrefill(qb, kc, vc, out, n, heads, kvHeads, hd, maxSeq, pb, scale, window)
+					return d.attnPrefill(qb, kc, vc, out, n, heads, kvHeads, hd, maxSeq, pb, scale, 0, window)
 				})
 				ref := make([]float64, n*heads*hd)
 				for y := 0; y < n; y++ {
@@ -364,7 +365,11 @@ func TestAttnDecode(t *testing.T) {
 					} else if err := d.do(func() error { _, err := d.function(a.name + "_un5"); return err }); err == nil {
 						names = append(names, a.name+"_un5")
 					}
-					cs := up(t, d, ropeTable(inv, maxSeq), 0)
+					table := append(slices.Clone(inv), make([]float32, len(inv))...)
+					for i := range inv {
+						table[len(inv)+i] = 1
+					}
+					cs := up(t, d, ropeTable(table, maxSeq), 0)
 					scale := float32(1 / math.Sqrt(float64(hd)))
 					// Five slices without a window, their length following
 					// the position (a block each): the first position, both
@@ -382,7 +387,7 @@ func TestAttnDecode(t *testing.T) {
 							rotate(kcur, hd, p, inv)
 						}
 						run(t, d, func() error {
-							return a.launch(d, qb, kb, vb, kc, vc, out, heads, kvHeads, pb, scale, f, window)
+							return a.launch(d, qb, kb, vb, kc, vc, out, heads, kvHeads, pb, scale, 0, f, window)
 						})
 						copy(K[p*kvdim:], kcur)
 						copy(V[p*kvdim:], vcur)

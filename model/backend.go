@@ -166,6 +166,11 @@ type Output struct {
 	// Bias, when set, [1, W.Rows()], is added to each row of x·Wᵀ (an
 	// output without Up).
 	Bias Mat
+	// Norm, when set, RMS-normalizes each row of the product (Gemma 2's
+	// norms after attention and the MLP), then SoftCap, when positive,
+	// caps it: SoftCap * tanh(y / SoftCap) (Gemma 2's final logits).
+	Norm    Norm
+	SoftCap float32
 	// Add adds the product to Dst (the residual add) instead of storing it.
 	Add bool
 }
@@ -177,9 +182,17 @@ type Attn struct {
 	Scale float32
 	// Window limits attention to the last Window positions (0: all).
 	Window int
-	// Rope, when set, holds the rotary inverse frequencies [1, HeadDim/2]
-	// (HF rotate-half layout: pairs (i, i+HeadDim/2)).
+	// QNorm and KNorm, when set, RMS-normalize each head of q and k
+	// before the rotation (Qwen3, Gemma 3).
+	QNorm, KNorm Norm
+	// Rope, when set, is the rotation [2, HeadDim/2]: each pair's inverse
+	// frequency, then the factor its cos and sin are multiplied by (HF
+	// rotate-half layout: pairs (i, i+HeadDim/2); a pair that does not
+	// rotate has frequency 0 and factor 1).
 	Rope Mat
+	// SoftCap, when positive, caps each score (after Scale):
+	// SoftCap * tanh(s / SoftCap) (Gemma 2).
+	SoftCap float32
 }
 
 // Seq is one sequence's part of a step.

@@ -114,6 +114,12 @@ func architectures() map[string]arch {
 		"MistralForCausalLM": mistral{},
 		"GemmaForCausalLM":   gemma{},
 		"BitNetForCausalLM":  bitnet{},
+		"Qwen2ForCausalLM":   qwen2{},
+		"Qwen3ForCausalLM":   qwen3{},
+		"Gemma2ForCausalLM":  gemma2{},
+		"Gemma3ForCausalLM":  gemma3{},
+		"Phi3ForCausalLM":    phi3{},
+		"SmolLM3ForCausalLM": smollm3{},
 	}
 }
 
@@ -362,10 +368,23 @@ func (c Config) ExpectedTensors() []string {
 	}
 	for l := 0; l < c.NumLayers; l++ {
 		p := fmt.Sprintf("model.layers.%d.", l)
-		names = append(names,
-			p+"input_layernorm.weight", p+"post_attention_layernorm.weight",
-			p+"self_attn.q_proj.weight", p+"self_attn.k_proj.weight", p+"self_attn.v_proj.weight", p+"self_attn.o_proj.weight",
-			p+"mlp.gate_proj.weight", p+"mlp.up_proj.weight", p+"mlp.down_proj.weight")
+		names = append(names, p+"input_layernorm.weight", p+"post_attention_layernorm.weight")
+		if c.Arch == "phi3" {
+			names = append(names, p+"self_attn.qkv_proj.weight", p+"self_attn.o_proj.weight",
+				p+"mlp.gate_up_proj.weight", p+"mlp.down_proj.weight")
+		} else {
+			names = append(names, p+"self_attn.q_proj.weight", p+"self_attn.k_proj.weight", p+"self_attn.v_proj.weight",
+				p+"self_attn.o_proj.weight", p+"mlp.gate_proj.weight", p+"mlp.up_proj.weight", p+"mlp.down_proj.weight")
+		}
+		if c.QKVBias {
+			names = append(names, p+"self_attn.q_proj.bias", p+"self_attn.k_proj.bias", p+"self_attn.v_proj.bias")
+		}
+		if c.QKNorm {
+			names = append(names, p+"self_attn.q_norm.weight", p+"self_attn.k_norm.weight")
+		}
+		if c.SandwichNorms {
+			names = append(names, p+"pre_feedforward_layernorm.weight", p+"post_feedforward_layernorm.weight")
+		}
 		if c.SubNorms {
 			names = append(names, p+"self_attn.attn_sub_norm.weight", p+"mlp.ffn_sub_norm.weight")
 		}
@@ -388,8 +407,18 @@ func (c Config) TensorShape(name string) []int64 {
 		return nil
 	}
 	switch suffix := name[strings.Index(name[len("model.layers."):], ".")+len("model.layers.")+1:]; suffix {
-	case "input_layernorm.weight", "post_attention_layernorm.weight":
+	case "input_layernorm.weight", "post_attention_layernorm.weight", "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight":
 		return []int64{h}
+	case "self_attn.q_norm.weight", "self_attn.k_norm.weight":
+		return []int64{int64(c.HeadDim)}
+	case "self_attn.q_proj.bias":
+		return []int64{q}
+	case "self_attn.k_proj.bias", "self_attn.v_proj.bias":
+		return []int64{kv}
+	case "self_attn.qkv_proj.weight":
+		return []int64{q + 2*kv, h}
+	case "mlp.gate_up_proj.weight":
+		return []int64{2 * it, h}
 	case "self_attn.q_proj.weight":
 		return []int64{q, h}
 	case "self_attn.k_proj.weight", "self_attn.v_proj.weight":

@@ -260,11 +260,29 @@ func (c *CPU) Linear(x Buf, norm Norm, outs ...Output) {
 			c.matMul(u, in, up, n)
 			c.glu(y, y, u, o.Act)
 		}
+		if o.Norm.W.Valid() {
+			g := c.mat(o.Norm.W)
+			if c.err != nil {
+				return
+			}
+			if y2 := c.scratch(1, len(dst)); &y2[0] != &y[0] {
+				copy(y2, y)
+				y = y2
+			}
+			c.rmsNorm(y, y, g.w.F32, n, o.W.Rows(), o.Norm.Eps)
+		}
+		if o.SoftCap > 0 {
+			if y2 := c.scratch(1, len(dst)); &y2[0] != &y[0] {
+				copy(y2, y)
+				y = y2
+			}
+			softCap(y, o.SoftCap)
+		}
 		if o.Add {
 			for i, v := range y {
 				dst[i] += v
 			}
-		} else if o.Up.Valid() {
+		} else if &y[0] != &dst[0] {
 			copy(dst, y)
 		}
 	}
@@ -360,9 +378,26 @@ func (c *CPU) Attention(out, q, k, v Buf, kc Cache, layer int, a Attn) {
 		c.fail(fmt.Errorf("cpu: attention: layer %d, %d tokens of %d/%d heads of %d do not fit the buffers or cache", layer, n, a.Heads, a.KVHeads, hd))
 		return
 	}
+	for _, qn := range []struct {
+		x     []float32
+		heads int
+		norm  Norm
+	}{{qs, a.Heads, a.QNorm}, {ks, a.KVHeads, a.KNorm}} {
+		if qn.norm.W.Valid() {
+			g := c.mat(qn.norm.W)
+			if c.err != nil {
+				return
+			}
+			c.rmsNorm(qn.x, qn.x, g.w.F32, n*qn.heads, hd, qn.norm.Eps)
+		}
+	}
 	if a.Rope.Valid() {
 		f := c.mat(a.Rope)
 		if c.err != nil {
+			return
+		}
+		if f.w.Rows != 2 || f.w.Cols != hd/2 {
+			c.fail(fmt.Errorf("cpu: attention: a rotation of [%d, %d] for heads of %d", f.w.Rows, f.w.Cols, hd))
 			return
 		}
 		c.rope(qs, a.Heads, hd, f.w.F32)
@@ -392,6 +427,9 @@ func (c *CPU) Attention(out, q, k, v Buf, kc Cache, layer int, a Attn) {
 			for t := range scores {
 				kt := kl[(first+t)*kvDim+koff : (first+t)*kvDim+koff+hd]
 				scores[t] = dot(qh, kt) * a.Scale
+				if a.SoftCap > 0 {
+					scores[t] = float32(math.Tanh(float64(scores[t]/a.SoftCap))) * a.SoftCap
+				}
 				maxs = max(maxs, scores[t])
 			}
 			var sum float32
@@ -412,15 +450,17 @@ func (c *CPU) Attention(out, q, k, v Buf, kc Cache, layer int, a Attn) {
 	})
 }
 
-// rope rotates each token's heads of x at the token's position.
-func (c *CPU) rope(x []float32, heads, headDim int, freq []float32) {
+// rope rotates each token's heads of x at the token's position by table:
+// each pair's inverse frequency, then its factor.
+func (c *CPU) rope(x []float32, heads, headDim int, table []float32) {
 	half := headDim / 2
+	freq, factor := table[:half], table[half:]
 	cos, sin := make([]float32, half), make([]float32, half)
 	for i, pos := range c.pos {
 		p := float32(pos)
 		for j, f := range freq {
 			a := float64(p * f)
-			cos[j], sin[j] = float32(math.Cos(a)), float32(math.Sin(a))
+			cos[j], sin[j] = float32(math.Cos(a))*factor[j], float32(math.Sin(a))*factor[j]
 		}
 		for h := 0; h < heads; h++ {
 			v := x[(i*heads+h)*headDim : (i*heads+h+1)*headDim]
@@ -430,6 +470,14 @@ func (c *CPU) rope(x []float32, heads, headDim int, freq []float32) {
 				v[j+half] = x1*cos[j] + x0*sin[j]
 			}
 		}
+	}
+}
+
+// softCap caps each value: limit * tanh(v / limit), in float32 as
+// transformers computes it.
+func softCap(y []float32, limit float32) {
+	for i, v := range y {
+		y[i] = float32(math.Tanh(float64(v/limit))) * limit
 	}
 }
 

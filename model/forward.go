@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strings"
 )
 
 // SessionOptions tune a session.
@@ -38,7 +37,6 @@ type Session struct {
 	kept bool
 
 	act        Act
-	attn       Attn
 	embedScale float32
 
 	// weights on the backend
@@ -51,11 +49,15 @@ type Session struct {
 	x, qkv, att, h, logits Buf
 }
 
-// layerMats are one layer's weights on the backend.
+// layerMats are one layer's weights on the backend, and its attention.
 type layerMats struct {
 	attnNorm, ffnNorm, attnSub, ffnSub Norm
-	wq, wk, wv, wo, gate, up, down     Mat
-	bq, bk, bv                         Mat // zero where the model has no bias
+	// postAttn and postFfn norm the outputs of attention and the MLP
+	// (Gemma 2, 3; zero elsewhere).
+	postAttn, postFfn              Norm
+	wq, wk, wv, wo, gate, up, down Mat
+	bq, bk, bv                     Mat // zero where the model has no bias
+	attn                           Attn
 }
 
 // NewSession binds the model to a backend and allocates its cache and
@@ -80,107 +82,12 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 	if s.act, err = ActOf(c.Activation); err != nil {
 		return nil, err
 	}
-	eps := float32(c.RMSNormEps)
 	s.embedScale = 1
 	if c.EmbedScale {
 		s.embedScale = float32(math.Sqrt(float64(c.HiddenSize)))
 	}
-	s.attn = Attn{Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
-		Scale: float32(1 / math.Sqrt(float64(c.HeadDim))), Window: c.SlidingWindow}
-	up := func(names ...string) ([]Mat, error) {
-		ws := make([]*Weight, len(names))
-		for i, name := range names {
-			w, ok := m.Weights[name]
-			if !ok {
-				return nil, fmt.Errorf("model: tensor %s is missing", name)
-			}
-			ws[i] = w
-		}
-		mats, err := s.be.Upload(ws...)
-		if err != nil {
-			return nil, fmt.Errorf("model: %s: upload %s: %w", s.be.Name(), strings.Join(names, ", "), err)
-		}
-		return mats, nil
-	}
-	// norm uploads an RMSNorm's gains, as 1 + w where the model stores
-	// them so (Gemma): the same float32 sum the norm would take each time.
-	norm := func(name string) (Norm, error) {
-		w, ok := m.Weights[name]
-		if !ok {
-			return Norm{}, fmt.Errorf("model: tensor %s is missing", name)
-		}
-		if c.NormPlusOne {
-			g := make([]float32, len(w.F32))
-			for i, v := range w.F32 {
-				g[i] = 1 + v
-			}
-			w = FloatWeight(w.Rows, w.Cols, g)
-		}
-		mats, err := s.be.Upload(w)
-		if err != nil {
-			return Norm{}, fmt.Errorf("model: %s: upload %s: %w", s.be.Name(), name, err)
-		}
-		return Norm{W: mats[0], Eps: eps}, nil
-	}
-	mats, err := up("model.embed_tokens.weight")
-	if err != nil {
+	if err := s.bind(); err != nil {
 		return nil, err
-	}
-	s.embed = mats[0]
-	if s.norm, err = norm("model.norm.weight"); err != nil {
-		return nil, err
-	}
-	inv := c.InvFreq()
-	if mats, err = s.be.Upload(m.Output(), FloatWeight(1, len(inv), inv)); err != nil {
-		return nil, fmt.Errorf("model: %s: upload the output head and rope frequencies: %w", s.be.Name(), err)
-	}
-	s.output, s.attn.Rope = mats[0], mats[1]
-	for l := 0; l < c.NumLayers; l++ {
-		p := fmt.Sprintf("model.layers.%d.", l)
-		var lm layerMats
-		if lm.attnNorm, err = norm(p + "input_layernorm.weight"); err != nil {
-			return nil, err
-		}
-		if lm.ffnNorm, err = norm(p + "post_attention_layernorm.weight"); err != nil {
-			return nil, err
-		}
-		if mats, err = up(p+"self_attn.q_proj.weight", p+"self_attn.k_proj.weight", p+"self_attn.v_proj.weight"); err != nil {
-			return nil, err
-		}
-		lm.wq, lm.wk, lm.wv = mats[0], mats[1], mats[2]
-		// q/k/v biases, where the model has them (Qwen2).
-		for _, b := range []struct {
-			dst  *Mat
-			name string
-		}{{&lm.bq, "self_attn.q_proj.bias"}, {&lm.bk, "self_attn.k_proj.bias"}, {&lm.bv, "self_attn.v_proj.bias"}} {
-			if _, ok := m.Weights[p+b.name]; ok {
-				if mats, err = up(p + b.name); err != nil {
-					return nil, err
-				}
-				*b.dst = mats[0]
-			}
-		}
-		if mats, err = up(p + "self_attn.o_proj.weight"); err != nil {
-			return nil, err
-		}
-		lm.wo = mats[0]
-		if mats, err = up(p+"mlp.gate_proj.weight", p+"mlp.up_proj.weight"); err != nil {
-			return nil, err
-		}
-		lm.gate, lm.up = mats[0], mats[1]
-		if mats, err = up(p + "mlp.down_proj.weight"); err != nil {
-			return nil, err
-		}
-		lm.down = mats[0]
-		if c.SubNorms {
-			if lm.attnSub, err = norm(p + "self_attn.attn_sub_norm.weight"); err != nil {
-				return nil, err
-			}
-			if lm.ffnSub, err = norm(p + "mlp.ffn_sub_norm.weight"); err != nil {
-				return nil, err
-			}
-		}
-		s.layers = append(s.layers, lm)
 	}
 	qDim, kvDim := c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
 	if s.cache, err = s.be.NewCache(CacheShape{Layers: c.NumLayers, Slots: 1, Positions: s.ctx, KVDim: kvDim}); err != nil {
@@ -388,16 +295,16 @@ func (s *Session) forward(ctx context.Context, n, from, rows int, out *ForwardOu
 			return err
 		}
 		be.Linear(x, w.attnNorm, Output{Dst: q, W: w.wq, Bias: w.bq}, Output{Dst: k, W: w.wk, Bias: w.bk}, Output{Dst: v, W: w.wv, Bias: w.bv})
-		be.Attention(att, q, k, v, s.cache, l, s.attn)
-		be.Linear(att, w.attnSub, Output{Dst: x, W: w.wo, Add: true})
+		be.Attention(att, q, k, v, s.cache, l, w.attn)
+		be.Linear(att, w.attnSub, Output{Dst: x, W: w.wo, Norm: w.postAttn, Add: true})
 		be.Linear(x, w.ffnNorm, Output{Dst: h, W: w.gate, Up: w.up, Act: s.act})
-		be.Linear(h, w.ffnSub, Output{Dst: x, W: w.down, Add: true})
+		be.Linear(h, w.ffnSub, Output{Dst: x, W: w.down, Norm: w.postFfn, Add: true})
 		if err := s.keepHidden(out, l+1, x); err != nil {
 			return err
 		}
 	}
 	if rows > 0 {
-		be.Linear(x.Slice(from*dim, rows*dim), s.norm, Output{Dst: s.logits.Slice(0, rows*c.VocabSize), W: s.output})
+		be.Linear(x.Slice(from*dim, rows*dim), s.norm, Output{Dst: s.logits.Slice(0, rows*c.VocabSize), W: s.output, SoftCap: float32(c.FinalSoftCap)})
 	}
 	return nil
 }

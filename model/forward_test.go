@@ -234,9 +234,8 @@ func relL2(a, b []float32) float64 {
 	return math.Sqrt(d / n)
 }
 
-// TestBiasChangesOutput checks that q/k/v biases, where the weights have
-// them, enter the forward pass: zero biases leave the logits as they are,
-// others change them.
+// TestBiasChangesOutput checks that q/k/v biases enter the forward pass:
+// zero biases leave the logits as they are, others change them.
 func TestBiasChangesOutput(t *testing.T) {
 	ctx := context.Background()
 	m, err := Load(ctx, writeFixture(t, fixture.Llama()), LoadOptions{})
@@ -255,14 +254,19 @@ func TestBiasChangesOutput(t *testing.T) {
 		return l
 	}
 	plain := logits()
+	m.Config.QKVBias = true
 	bias := func(v float32) {
 		for l := range m.Config.NumLayers {
-			w := m.Weights[fmt.Sprintf("model.layers.%d.self_attn.k_proj.weight", l)]
-			b := make([]float32, w.Rows)
-			for i := range b {
-				b[i] = v * float32(i%3)
+			for _, p := range []string{"q", "k", "v"} {
+				w := m.Weights[fmt.Sprintf("model.layers.%d.self_attn.%s_proj.weight", l, p)]
+				b := make([]float32, w.Rows)
+				if p == "k" {
+					for i := range b {
+						b[i] = v * float32(i%3)
+					}
+				}
+				m.Weights[fmt.Sprintf("model.layers.%d.self_attn.%s_proj.bias", l, p)] = FloatWeight(1, w.Rows, b)
 			}
-			m.Weights[fmt.Sprintf("model.layers.%d.self_attn.k_proj.bias", l)] = FloatWeight(1, w.Rows, b)
 		}
 	}
 	bias(0)

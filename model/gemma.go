@@ -8,18 +8,4 @@ type gemma struct{}
 
 func (gemma) name() string { return "gemma" }
 
-func (gemma) parse(raw hfConfig, c *Config) error {
-	c.Activation = "gelu_tanh"
-	c.NormPlusOne = true
-	c.EmbedScale = true
-	c.TieEmbeddings = true
-	if err := raw.get("tie_word_embeddings", &c.TieEmbeddings, false); err != nil {
-		return err
-	}
-	// transformers uses hidden_activation when given, else hidden_act; both
-	// "gelu" and "gelu_pytorch_tanh" run as the tanh approximation in Gemma.
-	if err := checkAct(raw, "hidden_activation", "gelu_pytorch_tanh", "gelu"); err != nil {
-		return err
-	}
-	return checkAct(raw, "hidden_act", "gelu_pytorch_tanh", "gelu")
-}
+func (gemma) parse(raw hfConfig, c *Config) error { return gemmaCommon(raw, c) }

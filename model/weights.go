@@ -75,6 +75,50 @@ func (w *Weight) Row(r int, dst []float32) {
 	copy(dst, w.F32[r*w.Cols:(r+1)*w.Cols])
 }
 
+// rows is rows [lo, hi) of the weight, sharing its memory (a part of a
+// joined matrix: Phi-3's qkv_proj and gate_up_proj).
+func (w *Weight) rows(lo, hi int) *Weight {
+	if w.Q == nil {
+		return &Weight{Rows: hi - lo, Cols: w.Cols, F32: w.F32[lo*w.Cols : hi*w.Cols], Half: w.Half}
+	}
+	q := *w.Q
+	rb, ng := q.RowBytes(), q.Groups()
+	q.Rows, q.Data = hi-lo, q.Data[lo*rb:hi*rb]
+	if q.Scales != nil {
+		q.Scales = q.Scales[lo*ng : hi*ng]
+	}
+	if q.Mins != nil {
+		q.Mins = q.Mins[lo*ng : hi*ng]
+	}
+	q.SqErr, q.SqRef = 0, 0
+	return &Weight{Rows: hi - lo, Cols: w.Cols, Q: &q}
+}
+
+// gather is the weight of rows idx of w, in that order (a copy).
+func (w *Weight) gather(idx []int) *Weight {
+	if w.Q == nil {
+		out := make([]float32, 0, len(idx)*w.Cols)
+		for _, r := range idx {
+			out = append(out, w.F32[r*w.Cols:(r+1)*w.Cols]...)
+		}
+		return &Weight{Rows: len(idx), Cols: w.Cols, F32: out, Half: w.Half}
+	}
+	q := *w.Q
+	rb, ng := q.RowBytes(), q.Groups()
+	q.Rows, q.Data, q.Scales, q.Mins = len(idx), nil, nil, nil
+	q.SqErr, q.SqRef = 0, 0
+	for _, r := range idx {
+		q.Data = append(q.Data, w.Q.Data[r*rb:(r+1)*rb]...)
+		if w.Q.Scales != nil {
+			q.Scales = append(q.Scales, w.Q.Scales[r*ng:(r+1)*ng]...)
+		}
+		if w.Q.Mins != nil {
+			q.Mins = append(q.Mins, w.Q.Mins[r*ng:(r+1)*ng]...)
+		}
+	}
+	return &Weight{Rows: len(idx), Cols: w.Cols, Q: &q}
+}
+
 // check verifies that the weight holds the data its shape needs.
 func (w *Weight) check(name string) error {
 	if w == nil {

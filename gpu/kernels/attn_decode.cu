@@ -39,7 +39,7 @@
 template <int HD, int G2, int UNX>
 __device__ void attn_decode(const float* q, const float* kcur, const float* vcur, float* __restrict__ kc, float* __restrict__ vc,
                             float* __restrict__ out, float* __restrict__ part, int* __restrict__ count, int heads,
-                            int kv_heads, const int* __restrict__ pos, float scale,
+                            int kv_heads, const int* __restrict__ pos, float scale, float softcap,
                             const float2* __restrict__ rope_cs, int window, int slice_len) {
     constexpr int LP = 32 / G2, DL = HD / LP;
     static_assert(DL % 2 == 0 && DL <= 64 && LP >= 2, "lane slice");
@@ -181,6 +181,7 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
             for (int i = 0; i < DL / 2; i++) e += qr[2 * i] * kv[u][i].x + qr[2 * i + 1] * kv[u][i].y;
 #pragma unroll
             for (int o = LP / 2; o > 0; o >>= 1) e += __shfl_xor_sync(0xffffffffu, e, o);
+            if (softcap > 0.f) e = softcap * tanhf(e / softcap);  // Gemma 2's capped scores
             d[u] = e, mr = fmaxf(mr, e);
         }
         const float f = __expf(m - mr);  // (m = -inf at first: 0)
@@ -272,10 +273,10 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
     extern "C" __global__ void __launch_bounds__(32 * NW, 1)                                                  \
         attn_decode_##HD##_##G2##suffix(const float* q, const float* kcur, const float* vcur, float* kc,      \
                                         float* vc, float* out, float* part, int* count, int heads,            \
-                                        int kv_heads, const int* pos, float scale, const float2* rope_cs,     \
-                                        int window, int slice_len) {                                          \
+                                        int kv_heads, const int* pos, float scale, float softcap,             \
+                                        const float2* rope_cs, int window, int slice_len) {                   \
         attn_decode<HD, G2, UNX>(q, kcur, vcur, kc, vc, out, part, count, heads, kv_heads, pos, scale,        \
-                                 rope_cs, window, slice_len);                                                 \
+                                 softcap, rope_cs, window, slice_len);                                        \
     }
 #define ATTN_DECODE(HD, G2) ATTN_DECODE_UN(HD, G2, 0, )
 ATTN_DECODE(64, 1)

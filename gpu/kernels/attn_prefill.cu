@@ -21,7 +21,8 @@
 template <int HD>
 __device__ void attn_prefill(const float* __restrict__ q, const float* __restrict__ kc,
                              const float* __restrict__ vc, float* __restrict__ out, int n, int heads,
-                             int kv_heads, int max_seq, const int* __restrict__ pos, float scale, int window) {
+                             int kv_heads, int max_seq, const int* __restrict__ pos, float scale, float softcap,
+                             int window) {
     constexpr int NF = HD / 16;  // float4s of q (and of the output) a thread holds
     __shared__ float4 ks[KT][HD / 4], vs[KT][HD / 4];
     const int t = threadIdx.x, s = t & 3, qi = t >> 2;
@@ -64,6 +65,7 @@ __device__ void attn_prefill(const float* __restrict__ q, const float* __restric
             }
             d += __shfl_xor_sync(0xffffffffu, d, 1);
             d += __shfl_xor_sync(0xffffffffu, d, 2);
+            if (softcap > 0.f) d = softcap * tanhf(d / softcap);  // Gemma 2's capped scores
             sc[j] = k0 + j <= p && k0 + j >= from ? d : -INFINITY;
             mt = fmaxf(mt, sc[j]);
         }
@@ -95,8 +97,9 @@ __device__ void attn_prefill(const float* __restrict__ q, const float* __restric
 #define ATTN_PREFILL(HD)                                                                                        \
     extern "C" __global__ void __launch_bounds__(4 * QT)                                                       \
         attn_prefill_##HD(const float* q, const float* kc, const float* vc, float* out, int n, int heads,     \
-                          int kv_heads, int max_seq, const int* pos, float scale, int window) {                \
-        attn_prefill<HD>(q, kc, vc, out, n, heads, kv_heads, max_seq, pos, scale, window);                    \
+                          int kv_heads, int max_seq, const int* pos, float scale, float softcap,       \
+                          int window) {                                                                        \
+        attn_prefill<HD>(q, kc, vc, out, n, heads, kv_heads, max_seq, pos, scale, softcap, window);           \
     }
 ATTN_PREFILL(64)
 ATTN_PREFILL(128)

@@ -39,15 +39,17 @@ __device__ float block_max(float v, float* red) {
 }
 
 // rope rotates each head of v [n, heads, hd] in place, token y by position
-// pos[y], the HF "rotate half" pairing (i, i + hd/2); inv_freq[hd/2] holds
-// the frequencies (scaling already applied). Grid: (heads, n); block: hd/2.
+// pos[y], the HF "rotate half" pairing (i, i + hd/2); table holds each
+// pair's frequency (scaling already applied), then the factor of its cos
+// and sin. Grid: (heads, n); block: hd/2.
 extern "C" __global__ void rope(float* __restrict__ v, int hd, const int* __restrict__ pos,
-                                const float* __restrict__ inv_freq) {
+                                const float* __restrict__ table) {
     const int i = threadIdx.x, half = hd / 2;
     if (i >= half) return;
     float* h = v + ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * hd;
     float s, c;
-    sincosf((float)pos[blockIdx.y] * inv_freq[i], &s, &c);
+    sincosf((float)pos[blockIdx.y] * table[i], &s, &c);
+    s *= table[half + i], c *= table[half + i];  // yarn's and longrope's attention scaling
     const float a = h[i], b = h[i + half];
     h[i] = a * c - b * s;
     h[i + half] = b * c + a * s;
@@ -65,7 +67,7 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
 }
 
 // attention: one block per query head and token y over cache rows
-// 0..pos[y] (causal): scores in shared memory (dynamic, max_seq floats),
+// 0..pos[y] (causal; window > 0: only the last window of them): scores in shared memory (dynamic, max_seq floats),
 // softmax, weighted sum of values. Query head h reads kv head
 // h / (heads / kv_heads). q and out are [n, heads, hd]. Grid: (heads, n);
 // block: 1024 threads. Each warp scores one position at a time (lanes split
@@ -78,13 +80,15 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
 // kv_store ran before.
 extern "C" __global__ void __launch_bounds__(1024) attention(const float* __restrict__ q, float* __restrict__ kc,
                                      float* __restrict__ vc, float* __restrict__ out, int heads, int kv_heads,
-                                     int hd, const int* __restrict__ pos, float scale, const float* __restrict__ kcur,
+                                     int hd, const int* __restrict__ pos, float scale, float softcap, int window,
+                                     const float* __restrict__ kcur,
                                      const float* __restrict__ vcur) {
     extern __shared__ float sc[];
     __shared__ float red[33];
     __shared__ float part[1024];
     const int h = blockIdx.x, kvh = h / (heads / kv_heads), kvdim = kv_heads * hd;
     const int n = pos[blockIdx.y] + 1;
+    const int first = window > 0 ? max(0, n - window) : 0;  // the sliding window's first position
     q += (size_t)blockIdx.y * heads * hd;
     out += (size_t)blockIdx.y * heads * hd;
     const float* qh = q + (size_t)h * hd;
@@ -95,20 +99,22 @@ extern "C" __global__ void __launch_bounds__(1024) attention(const float* __rest
             vc[(size_t)(n - 1) * kvdim + (size_t)kvh * hd + i] = vcur[(size_t)kvh * hd + i];
         }
     }
-    for (int t = warp; t < n; t += nw) {
+    for (int t = first + warp; t < n; t += nw) {
         const float* k = (kcur != nullptr && t == n - 1) ? kcur + (size_t)kvh * hd
                                                          : kc + (size_t)t * kvdim + (size_t)kvh * hd;
         float s = 0.f;
         for (int i = lane; i < hd; i += 32) s += qh[i] * k[i];
         for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane == 0) sc[t] = s * scale;
+        s *= scale;
+        if (softcap > 0.f) s = softcap * tanhf(s / softcap);  // Gemma 2's capped scores
+        if (lane == 0) sc[t] = s;
     }
     __syncthreads();
     float m = -INFINITY;
-    for (int t = threadIdx.x; t < n; t += blockDim.x) m = fmaxf(m, sc[t]);
+    for (int t = first + threadIdx.x; t < n; t += blockDim.x) m = fmaxf(m, sc[t]);
     m = block_max(m, red);
     float sum = 0.f;
-    for (int t = threadIdx.x; t < n; t += blockDim.x) {
+    for (int t = first + threadIdx.x; t < n; t += blockDim.x) {
         const float e = __expf(sc[t] - m);
         sc[t] = e;
         sum += e;
@@ -120,7 +126,7 @@ extern "C" __global__ void __launch_bounds__(1024) attention(const float* __rest
         if (g < groups) {
             const float* v = vc + (size_t)kvh * hd + i;
             float a = 0.f;
-            for (int t = g; t < n; t += groups)
+            for (int t = first + g; t < n; t += groups)
                 a += sc[t] * ((kcur != nullptr && t == n - 1) ? vcur[(size_t)kvh * hd + i] : v[(size_t)t * kvdim]);
             part[threadIdx.x] = a;
         }
@@ -135,7 +141,7 @@ extern "C" __global__ void __launch_bounds__(1024) attention(const float* __rest
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
         const float* v = vc + (size_t)kvh * hd + i;
         float a = 0.f;
-        for (int t = 0; t < n; t++)
+        for (int t = first; t < n; t++)
             a += sc[t] * ((kcur != nullptr && t == n - 1) ? vcur[(size_t)kvh * hd + i] : v[(size_t)t * kvdim]);
         out[(size_t)h * hd + i] = a * inv;
     }
@@ -153,6 +159,12 @@ extern "C" __global__ void glu(const float* __restrict__ g, const float* __restr
 extern "C" __global__ void add(float* __restrict__ x, const float* __restrict__ y, int n) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] += y[i];
+}
+
+// softcap: x = cap * tanh(x / cap) (Gemma 2's final logits).
+extern "C" __global__ void softcap(float* __restrict__ x, int n, float cap) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = cap * tanhf(x[i] / cap);
 }
 
 // add_rows: each row of x [n / cols, cols] += b [cols] (a product's bias).
