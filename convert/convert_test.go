@@ -15,6 +15,7 @@ import (
 	"lowbit/internal/fixture"
 	"lowbit/internal/testmodels"
 	"lowbit/manifest"
+	"lowbit/model"
 	"lowbit/quantize"
 	"lowbit/safetensors"
 	"lowbit/validate"
@@ -392,5 +393,45 @@ func setWeight(t *testing.T, dir, name string, v float32) {
 	defer f.Close()
 	if _, err := f.WriteAt(binary.LittleEndian.AppendUint32(nil, math.Float32bits(v)), off); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestConvertFamilies converts a small model of every architecture at q4,
+// validates it against its float source and runs the result: each
+// family's extra tensors (biases, q/k norms, sandwich norms, joined
+// products) are planned, stored and read back.
+func TestConvertFamilies(t *testing.T) {
+	for _, spec := range fixture.Families() {
+		t.Run(strings.TrimSuffix(spec.Arch, "ForCausalLM"), func(t *testing.T) {
+			res, _ := convertFixture(t, spec, Options{Bits: "4"})
+			mf, err := manifest.Read(res.OutDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, shape := range spec.Tensors() {
+				e, ok := mf.Tensor(name)
+				if !ok {
+					t.Fatalf("tensor %s missing from the manifest", name)
+				}
+				if len(shape) == 1 && e.Format != "f32" {
+					t.Errorf("%s: a vector stored as %s, want f32", name, e.Format)
+				}
+			}
+			if res.Validation == nil || res.Validation.Model == nil {
+				t.Fatalf("no model validation: %+v", res.Validation)
+			}
+			m, err := model.Load(context.Background(), res.OutDir, model.LoadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := m.NewSession(model.SessionOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := model.Generate(context.Background(), s, []int{1, 5, 9}, model.GenerateOptions{MaxTokens: 8})
+			if err != nil || st.GeneratedTokens == 0 {
+				t.Fatalf("generate: %v (%d tokens)", err, st.GeneratedTokens)
+			}
+		})
 	}
 }
