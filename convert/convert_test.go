@@ -435,3 +435,24 @@ func TestConvertFamilies(t *testing.T) {
 		})
 	}
 }
+
+// TestConvertTiedStoredAsHead converts a tied model whose checkpoint holds
+// the table only under lm_head.weight: it is stored as the embedding.
+func TestConvertTiedStoredAsHead(t *testing.T) {
+	spec := fixture.Llama()
+	spec.Tied, spec.TiedAsHead = true, true
+	res, _ := convertFixture(t, spec, Options{Bits: "8"})
+	mf, err := manifest.Read(res.OutDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := mf.Tensor("model.embed_tokens.weight"); !ok {
+		t.Fatal("the tied table is not stored as model.embed_tokens.weight")
+	}
+	if _, ok := mf.Tensor("lm_head.weight"); ok {
+		t.Fatal("the tied table is stored twice")
+	}
+	if _, err := model.Load(context.Background(), res.OutDir, model.LoadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -16,7 +16,10 @@ import (
 // tensorPlan is what the converter will do with one source tensor: its
 // format and the stored parts it becomes.
 type tensorPlan struct {
-	name   string
+	name string
+	// src is the checkpoint tensor holding it ("": name; lm_head.weight
+	// for tied embeddings saved only under the head's name).
+	src    string
 	info   safetensors.TensorInfo
 	role   model.Role
 	format quantize.Format
@@ -48,12 +51,17 @@ func planTensors(cfg model.Config, set *safetensors.Set, s settings) (plans []*t
 	if err := checkTensors(cfg, set, packed); err != nil {
 		return nil, nil, err
 	}
+	has := func(n string) bool { _, ok := set.Info(n); return ok }
+	embedSrc := cfg.StoredAs("model.embed_tokens.weight", has)
 	for _, name := range names {
 		info, _ := set.Info(name)
 		if isPackedScale(name, packed) {
 			continue
 		}
-		if why := ignored(cfg, name); why != "" {
+		src := ""
+		if name == embedSrc && name != "model.embed_tokens.weight" {
+			name, src = "model.embed_tokens.weight", name // the tied table, stored as the head
+		} else if why := ignored(cfg, name); why != "" {
 			notes = append(notes, fmt.Sprintf("tensor %s left out: %s", name, why))
 			continue
 		}
@@ -70,7 +78,7 @@ func planTensors(cfg model.Config, set *safetensors.Set, s settings) (plans []*t
 		default:
 			return nil, nil, fmt.Errorf("tensor %s: dtype %s is not supported (lowbit reads F32, F16 and BF16 checkpoints)", name, info.DType)
 		}
-		p := &tensorPlan{name: name, info: info, role: cfg.TensorRole(name)}
+		p := &tensorPlan{name: name, src: src, info: info, role: cfg.TensorRole(name)}
 		switch p.role {
 		case model.RoleLinear:
 			p.format = s.linear
@@ -113,9 +121,10 @@ func planTensors(cfg model.Config, set *safetensors.Set, s settings) (plans []*t
 func checkTensors(cfg model.Config, set *safetensors.Set, packed map[string]string) error {
 	var missing, shapes []string
 	expected := map[string]bool{}
+	has := func(n string) bool { _, ok := set.Info(n); return ok }
 	for _, n := range cfg.ExpectedTensors() {
 		expected[n] = true
-		info, ok := set.Info(n)
+		info, ok := set.Info(cfg.StoredAs(n, has))
 		switch {
 		case !ok:
 			missing = append(missing, n)

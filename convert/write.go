@@ -1,6 +1,7 @@
 package convert
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -102,7 +103,7 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 	if p.packedScale != "" {
 		return convertPackedBitNet(ctx, set, w, p, s, bar)
 	}
-	raw, err := set.Data(p.name)
+	raw, err := set.Data(cmp.Or(p.src, p.name))
 	if err != nil {
 		return manifest.Tensor{}, err
 	}

@@ -392,6 +392,16 @@ func (c Config) ExpectedTensors() []string {
 	return names
 }
 
+// StoredAs is the checkpoint tensor that holds name: name itself, or, for
+// tied embeddings saved only under the output head's name (transformers
+// saves tied weights under either, and loads both), lm_head.weight.
+func (c Config) StoredAs(name string, has func(string) bool) string {
+	if name == "model.embed_tokens.weight" && c.TieEmbeddings && !has(name) && has("lm_head.weight") {
+		return "lm_head.weight"
+	}
+	return name
+}
+
 // TensorShape is the shape a tensor of this configuration must have (nil if unknown).
 func (c Config) TensorShape(name string) []int64 {
 	h, it := int64(c.HiddenSize), int64(c.IntermediateSize)

@@ -62,3 +62,32 @@ func TestFamilies(t *testing.T) {
 		})
 	}
 }
+
+// TestTiedStoredAsHead loads a tied model whose checkpoint holds the table
+// only under lm_head.weight: the logits are those of the same weights
+// stored as model.embed_tokens.weight.
+func TestTiedStoredAsHead(t *testing.T) {
+	ctx := context.Background()
+	spec := fixture.Llama()
+	spec.Tied = true
+	var logits [][]float32
+	for _, asHead := range []bool{false, true} {
+		spec.TiedAsHead = asHead
+		m, err := Load(ctx, writeFixture(t, spec), LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := m.NewSession(SessionOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := s.Forward(ctx, []int{1, 5, 9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits = append(logits, l)
+	}
+	if e := quantize.RelL2(logits[0], logits[1]); e != 0 {
+		t.Fatalf("the table stored as the head gives other logits (relative L2 %.3g)", e)
+	}
+}

@@ -205,7 +205,8 @@ func loadHF(ctx context.Context, dir string, opts LoadOptions) (*Model, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		info, ok := set.Info(name)
+		stored := cfg.StoredAs(name, func(n string) bool { _, ok := set.Info(n); return ok })
+		info, ok := set.Info(stored)
 		if !ok {
 			return nil, fmt.Errorf("model: %s: tensor %s is missing", dir, name)
 		}
@@ -213,7 +214,7 @@ func loadHF(ctx context.Context, dir string, opts LoadOptions) (*Model, error) {
 		if err != nil {
 			return nil, fmt.Errorf("model: %s: %w", dir, err)
 		}
-		b, err := set.Data(name)
+		b, err := set.Data(stored)
 		if err != nil {
 			return nil, fmt.Errorf("model: %s: tensor %s: %w", dir, name, err)
 		}
