@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"math"
+	"slices"
+	"strings"
 	"testing"
 
 	"lowbit/half"
@@ -44,8 +46,106 @@ func TestRandomModelUnknownShape(t *testing.T) {
 		t.Fatal("f32 accepted")
 	}
 	for _, name := range Shapes() {
-		if err := shapeConfigs[name].Check(); err != nil {
+		if err := shapeConfigs()[name].Check(); err != nil {
 			t.Fatalf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestShapes pins the names --shape offers (the README and bench's help
+// list them).
+func TestShapes(t *testing.T) {
+	want := "bitnet-2b gemma2-9b llama2-7b llama3.1-8b phi3.5-mini qwen2.5-7b qwen3-8b tinyllama"
+	if got := strings.Join(Shapes(), " "); got != want {
+		t.Fatalf("Shapes() = %s, want %s", got, want)
+	}
+}
+
+// TestShapeParams checks each shape's figures through its parameter count,
+// the tensors its config expects summed, against the published count: a
+// mistyped width, depth or vocabulary shows. The tolerance leaves room for
+// a family's biases and extra norms, which the config's tensor list may
+// not name yet. Exact figures are Keras-Hub's presets
+// (keras_hub/src/models/*/*_presets.py), which build each model and count
+// its weights.
+func TestShapeParams(t *testing.T) {
+	tests := []struct {
+		shape string
+		want  float64
+	}{
+		{"tinyllama", 1.1e9},        // TinyLlama-1.1B
+		{"llama2-7b", 6738415616},   // llama2_7b_en
+		{"llama3.1-8b", 8030261248}, // llama3_8b_en: Llama 3.1 8B has Llama 3 8B's shape
+		{"qwen2.5-7b", 7615616512},  // qwen2.5_math_instruct_7b_en, Qwen2.5-7B's shape (its card: 7.61B)
+		{"qwen3-8b", 8190735360},    // qwen3_8b_en
+		{"gemma2-9b", 9241705984},   // gemma2_instruct_9b_en
+		{"phi3.5-mini", 3821079552}, // phi3_mini_4k_instruct_en: Phi-3.5-mini has Phi-3-mini's shape
+		// bitnet-2b is left out: its card gives only "~2B" (2.41B here,
+		// 2.08B without the embedding), too coarse to check a shape.
+	}
+	seen := map[string]bool{"bitnet-2b": true}
+	for _, tc := range tests {
+		seen[tc.shape] = true
+		cfg, ok := shapeConfigs()[tc.shape]
+		if !ok {
+			t.Errorf("%s: no such shape", tc.shape)
+			continue
+		}
+		var n float64
+		for _, name := range cfg.ExpectedTensors() {
+			shp := cfg.TensorShape(name)
+			if len(shp) == 0 {
+				t.Fatalf("%s: %s has no shape", tc.shape, name)
+			}
+			size := 1.0
+			for _, d := range shp {
+				size *= float64(d)
+			}
+			n += size
+		}
+		if math.Abs(n/tc.want-1) > 0.01 {
+			t.Errorf("%s: %.0f parameters, want %.0f (±1%%)", tc.shape, n, tc.want)
+		}
+	}
+	for _, name := range Shapes() {
+		if !seen[name] {
+			t.Errorf("%s: no published parameter count to check its shape against", name)
+		}
+	}
+}
+
+// TestEvenLayerWindows checks Gemma 2's pattern: the window on layers 0,
+// 2, 4, ..., full attention on the odd ones.
+func TestEvenLayerWindows(t *testing.T) {
+	got := evenLayerWindows(5, 4096)
+	if want := []int{4096, 0, 4096, 0, 4096}; !slices.Equal(got, want) {
+		t.Fatalf("evenLayerWindows(5, 4096) = %v, want %v", got, want)
+	}
+	if w := shapeConfigs()["gemma2-9b"].LayerWindows; len(w) != 42 || w[0] != 4096 || w[41] != 0 {
+		t.Fatalf("gemma2-9b windows %v", w)
+	}
+}
+
+// TestVector checks the 1-D tensors RandomModel makes for any name: biases
+// zero, gains one, or zero where the model scales by 1 + w.
+func TestVector(t *testing.T) {
+	plain, gemma := model.Config{}, model.Config{NormPlusOne: true}
+	tests := []struct {
+		cfg  model.Config
+		name string
+		want float32
+	}{
+		{plain, "model.layers.0.input_layernorm.weight", 1},
+		{plain, "model.layers.3.self_attn.q_norm.weight", 1},
+		{plain, "model.layers.0.self_attn.q_proj.bias", 0},
+		{plain, "model.layers.0.self_attn.v_proj.bias", 0},
+		{gemma, "model.layers.0.pre_feedforward_layernorm.weight", 0},
+		{gemma, "model.norm.weight", 0},
+	}
+	for _, tc := range tests {
+		v := vector(tc.cfg, tc.name, 3)
+		if len(v) != 3 || v[0] != tc.want || v[2] != tc.want {
+			t.Errorf("vector(%s) = %v, want all %v", tc.name, v, tc.want)
 		}
 	}
 }

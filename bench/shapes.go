@@ -21,24 +21,69 @@ import (
 	"lowbit/quantize"
 )
 
-// Shapes are the architectures RandomModel builds, by name.
-var shapeConfigs = map[string]model.Config{
-	"tinyllama": {Arch: "llama", HFArchitecture: "LlamaForCausalLM", HiddenSize: 2048, IntermediateSize: 5632,
-		NumLayers: 22, NumHeads: 32, NumKVHeads: 4, HeadDim: 64, VocabSize: 32000, MaxPositions: 2048,
-		RMSNormEps: 1e-5, RopeTheta: 10000, Activation: "silu", BOS: 1, EOS: []int{2}},
-	"llama2-7b": {Arch: "llama", HFArchitecture: "LlamaForCausalLM", HiddenSize: 4096, IntermediateSize: 11008,
-		NumLayers: 32, NumHeads: 32, NumKVHeads: 32, HeadDim: 128, VocabSize: 32000, MaxPositions: 4096,
-		RMSNormEps: 1e-5, RopeTheta: 10000, Activation: "silu", BOS: 1, EOS: []int{2}},
-	"bitnet-2b": {Arch: "bitnet", HFArchitecture: "BitNetForCausalLM", HiddenSize: 2560, IntermediateSize: 6912,
-		NumLayers: 30, NumHeads: 20, NumKVHeads: 5, HeadDim: 128, VocabSize: 128256, MaxPositions: 4096,
-		RMSNormEps: 1e-5, RopeTheta: 500000, Activation: "relu2", SubNorms: true, TieEmbeddings: true,
-		BOS: 128000, EOS: []int{128001}},
+// shapeConfigs are the architectures RandomModel builds, by name: each a
+// real model's config.json in normalized form. A function, so that no
+// caller shares (and could change) another's slices.
+func shapeConfigs() map[string]model.Config {
+	return map[string]model.Config{
+		"tinyllama": {Arch: "llama", HFArchitecture: "LlamaForCausalLM", HiddenSize: 2048, IntermediateSize: 5632,
+			NumLayers: 22, NumHeads: 32, NumKVHeads: 4, HeadDim: 64, VocabSize: 32000, MaxPositions: 2048,
+			RMSNormEps: 1e-5, RopeTheta: 10000, Activation: "silu", BOS: 1, EOS: []int{2}},
+		"llama2-7b": {Arch: "llama", HFArchitecture: "LlamaForCausalLM", HiddenSize: 4096, IntermediateSize: 11008,
+			NumLayers: 32, NumHeads: 32, NumKVHeads: 32, HeadDim: 128, VocabSize: 32000, MaxPositions: 4096,
+			RMSNormEps: 1e-5, RopeTheta: 10000, Activation: "silu", BOS: 1, EOS: []int{2}},
+		"bitnet-2b": {Arch: "bitnet", HFArchitecture: "BitNetForCausalLM", HiddenSize: 2560, IntermediateSize: 6912,
+			NumLayers: 30, NumHeads: 20, NumKVHeads: 5, HeadDim: 128, VocabSize: 128256, MaxPositions: 4096,
+			RMSNormEps: 1e-5, RopeTheta: 500000, Activation: "relu2", SubNorms: true, TieEmbeddings: true,
+			BOS: 128000, EOS: []int{128001}},
+		// meta-llama/Llama-3.1-8B-Instruct.
+		"llama3.1-8b": {Arch: "llama", HFArchitecture: "LlamaForCausalLM", HiddenSize: 4096, IntermediateSize: 14336,
+			NumLayers: 32, NumHeads: 32, NumKVHeads: 8, HeadDim: 128, VocabSize: 128256, MaxPositions: 131072,
+			RMSNormEps: 1e-5, RopeTheta: 500000, Activation: "silu", BOS: 128000, EOS: []int{128001, 128008, 128009},
+			RopeScaling: &model.RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192}},
+		// Qwen/Qwen2.5-7B-Instruct (its sliding window is off: use_sliding_window false).
+		"qwen2.5-7b": {Arch: "qwen2", HFArchitecture: "Qwen2ForCausalLM", HiddenSize: 3584, IntermediateSize: 18944,
+			NumLayers: 28, NumHeads: 28, NumKVHeads: 4, HeadDim: 128, VocabSize: 152064, MaxPositions: 32768,
+			RMSNormEps: 1e-6, RopeTheta: 1000000, Activation: "silu", QKVBias: true,
+			BOS: 151643, EOS: []int{151645}},
+		// Qwen/Qwen3-8B.
+		"qwen3-8b": {Arch: "qwen3", HFArchitecture: "Qwen3ForCausalLM", HiddenSize: 4096, IntermediateSize: 12288,
+			NumLayers: 36, NumHeads: 32, NumKVHeads: 8, HeadDim: 128, VocabSize: 151936, MaxPositions: 40960,
+			RMSNormEps: 1e-6, RopeTheta: 1000000, Activation: "silu", QKNorm: true,
+			BOS: 151643, EOS: []int{151645}},
+		// google/gemma-2-9b-it: layers alternate a 4096-token window
+		// (even layers, as transformers' Gemma2 sets them) with full
+		// attention.
+		"gemma2-9b": {Arch: "gemma2", HFArchitecture: "Gemma2ForCausalLM", HiddenSize: 3584, IntermediateSize: 14336,
+			NumLayers: 42, NumHeads: 16, NumKVHeads: 8, HeadDim: 256, VocabSize: 256000, MaxPositions: 8192,
+			RMSNormEps: 1e-6, RopeTheta: 10000, TieEmbeddings: true, Activation: "gelu_tanh",
+			NormPlusOne: true, EmbedScale: true, SandwichNorms: true, AttnSoftCap: 50, FinalSoftCap: 30,
+			QueryPreAttnScalar: 256, LayerWindows: evenLayerWindows(42, 4096),
+			BOS: 2, EOS: []int{1}},
+		// microsoft/Phi-3.5-mini-instruct. Its longrope scaling is left
+		// out: it changes the rotation's frequencies, not the work a
+		// token costs, so the bench shape rotates unscaled.
+		"phi3.5-mini": {Arch: "phi3", HFArchitecture: "Phi3ForCausalLM", HiddenSize: 3072, IntermediateSize: 8192,
+			NumLayers: 32, NumHeads: 32, NumKVHeads: 32, HeadDim: 96, VocabSize: 32064, MaxPositions: 131072,
+			RMSNormEps: 1e-5, RopeTheta: 10000, Activation: "silu",
+			BOS: 1, EOS: []int{32000}},
+	}
+}
+
+// evenLayerWindows is Gemma 2's pattern of windows: window on the even
+// layers, 0 (all positions) on the odd ones.
+func evenLayerWindows(layers, window int) []int {
+	w := make([]int, layers)
+	for l := 0; l < layers; l += 2 {
+		w[l] = window
+	}
+	return w
 }
 
 // Shapes lists the names RandomModel accepts.
 func Shapes() []string {
 	var s []string
-	for k := range shapeConfigs {
+	for k := range shapeConfigs() {
 		s = append(s, k)
 	}
 	sort.Strings(s)
@@ -49,9 +94,11 @@ func Shapes() []string {
 // codes in format f, or f16 floats (scales sized so activations stay
 // finite): speed does not depend on the values, and no file is read. The embedding table is
 // q8 (one row is read per token), and so is a ternary model's tied table
-// and head; norms are ones.
+// and head. Every 1-D tensor, whatever its family calls it, is a bias
+// (zeros) or a norm's gain (one, stored as 0 where the model scales by
+// 1 + w), so a new family's extra vectors need nothing here.
 func RandomModel(ctx context.Context, shape string, f quantize.Format, seed uint64) (*model.Model, error) {
-	cfg, ok := shapeConfigs[shape]
+	cfg, ok := shapeConfigs()[shape]
 	if !ok {
 		return nil, fmt.Errorf("bench: unknown shape %q (want %s)", shape, strings.Join(Shapes(), ", "))
 	}
@@ -69,12 +116,11 @@ func RandomModel(ctx context.Context, shape string, f quantize.Format, seed uint
 			}
 			shp := cfg.TensorShape(name)
 			if len(shp) == 1 {
-				ones := make([]float32, shp[0])
-				for j := range ones {
-					ones[j] = 1
-				}
-				weights[i] = model.FloatWeight(1, int(shp[0]), ones)
+				weights[i] = model.FloatWeight(1, int(shp[0]), vector(cfg, name, int(shp[0])))
 				return nil
+			}
+			if len(shp) != 2 {
+				return fmt.Errorf("bench: %s: the %s config gives it shape %v, want 1 or 2 dimensions", name, shape, shp)
 			}
 			rows, cols := int(shp[0]), int(shp[1])
 			if f == quantize.F16 {
@@ -106,6 +152,19 @@ func RandomModel(ctx context.Context, shape string, f quantize.Format, seed uint
 		ws[name] = weights[i]
 	}
 	return model.New(cfg, ws)
+}
+
+// vector is the value of 1-D tensor name: a bias is zeros; a norm's gain
+// scales by one (stored as 0 when the model scales by 1 + w).
+func vector(cfg model.Config, name string, n int) []float32 {
+	v := make([]float32, n)
+	if strings.HasSuffix(name, ".bias") || cfg.NormPlusOne {
+		return v
+	}
+	for j := range v {
+		v[j] = 1
+	}
+	return v
 }
 
 // randomTensor is a [rows, cols] tensor of random codes in format f, in

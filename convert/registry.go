@@ -59,6 +59,36 @@ func Registry() []Entry {
 			Hidden: 2048, Intermediate: 16384, Layers: 18, Heads: 8, KVHeads: 1, HeadDim: 256, Vocab: 256000, TiedEmbed: true},
 		{Alias: "bitnet-2b", Repo: "microsoft/bitnet-b1.58-2B-4T-bf16", Architecture: "BitNetForCausalLM", Description: "BitNet b1.58 2B4T (bf16 master weights)",
 			Hidden: 2560, Intermediate: 6912, Layers: 30, Heads: 20, KVHeads: 5, HeadDim: 128, Vocab: 128256, TiedEmbed: true, DefaultBits: "ternary"},
+		// One popular model of each current family, shapes as their
+		// config.json gives them.
+		{Alias: "llama3.2-1b", Repo: "meta-llama/Llama-3.2-1B-Instruct", Architecture: "LlamaForCausalLM", Gated: true, Description: "Llama 3.2 1B instruct",
+			Hidden: 2048, Intermediate: 8192, Layers: 16, Heads: 32, KVHeads: 8, HeadDim: 64, Vocab: 128256, TiedEmbed: true},
+		{Alias: "llama3.1-8b", Repo: "meta-llama/Llama-3.1-8B-Instruct", Architecture: "LlamaForCausalLM", Gated: true, Description: "Llama 3.1 8B instruct",
+			Hidden: 4096, Intermediate: 14336, Layers: 32, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 128256},
+		{Alias: "qwen2.5-0.5b", Repo: "Qwen/Qwen2.5-0.5B-Instruct", Architecture: "Qwen2ForCausalLM", Description: "Qwen2.5 0.5B instruct",
+			Hidden: 896, Intermediate: 4864, Layers: 24, Heads: 14, KVHeads: 2, HeadDim: 64, Vocab: 151936, TiedEmbed: true},
+		{Alias: "qwen2.5-7b", Repo: "Qwen/Qwen2.5-7B-Instruct", Architecture: "Qwen2ForCausalLM", Description: "Qwen2.5 7B instruct",
+			Hidden: 3584, Intermediate: 18944, Layers: 28, Heads: 28, KVHeads: 4, HeadDim: 128, Vocab: 152064},
+		{Alias: "qwen3-0.6b", Repo: "Qwen/Qwen3-0.6B", Architecture: "Qwen3ForCausalLM", Description: "Qwen3 0.6B (thinking and non-thinking)",
+			Hidden: 1024, Intermediate: 3072, Layers: 28, Heads: 16, KVHeads: 8, HeadDim: 128, Vocab: 151936, TiedEmbed: true},
+		{Alias: "qwen3-8b", Repo: "Qwen/Qwen3-8B", Architecture: "Qwen3ForCausalLM", Description: "Qwen3 8B (thinking and non-thinking)",
+			Hidden: 4096, Intermediate: 12288, Layers: 36, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 151936},
+		{Alias: "gemma2-2b", Repo: "google/gemma-2-2b-it", Architecture: "Gemma2ForCausalLM", Gated: true, Description: "Gemma 2 2B instruct",
+			Hidden: 2304, Intermediate: 9216, Layers: 26, Heads: 8, KVHeads: 4, HeadDim: 256, Vocab: 256000, TiedEmbed: true},
+		{Alias: "gemma3-1b", Repo: "google/gemma-3-1b-it", Architecture: "Gemma3ForCausalLM", Gated: true, Description: "Gemma 3 1B instruct (text only)",
+			Hidden: 1152, Intermediate: 6912, Layers: 26, Heads: 4, KVHeads: 1, HeadDim: 256, Vocab: 262144, TiedEmbed: true},
+		{Alias: "phi3.5-mini", Repo: "microsoft/Phi-3.5-mini-instruct", Architecture: "Phi3ForCausalLM", Description: "Phi-3.5 mini instruct (3.8B)",
+			Hidden: 3072, Intermediate: 8192, Layers: 32, Heads: 32, KVHeads: 32, HeadDim: 96, Vocab: 32064},
+		{Alias: "phi4-mini", Repo: "microsoft/Phi-4-mini-instruct", Architecture: "Phi3ForCausalLM", Description: "Phi-4 mini instruct (3.8B)",
+			Hidden: 3072, Intermediate: 8192, Layers: 32, Heads: 24, KVHeads: 8, HeadDim: 128, Vocab: 200064, TiedEmbed: true},
+		{Alias: "smollm2-360m", Repo: "HuggingFaceTB/SmolLM2-360M-Instruct", Architecture: "LlamaForCausalLM", Description: "SmolLM2 360M instruct",
+			Hidden: 960, Intermediate: 2560, Layers: 32, Heads: 15, KVHeads: 5, HeadDim: 64, Vocab: 49152, TiedEmbed: true},
+		{Alias: "smollm3-3b", Repo: "HuggingFaceTB/SmolLM3-3B", Architecture: "SmolLM3ForCausalLM", Description: "SmolLM3 3B (thinking and non-thinking)",
+			Hidden: 2048, Intermediate: 11008, Layers: 36, Heads: 16, KVHeads: 4, HeadDim: 128, Vocab: 128256, TiedEmbed: true},
+		{Alias: "mistral-7b-v0.3", Repo: "mistralai/Mistral-7B-Instruct-v0.3", Architecture: "MistralForCausalLM", Gated: true, Description: "Mistral 7B instruct v0.3",
+			Hidden: 4096, Intermediate: 14336, Layers: 32, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 32768},
+		{Alias: "mistral-nemo", Repo: "mistralai/Mistral-Nemo-Instruct-2407", Architecture: "MistralForCausalLM", Gated: true, Description: "Mistral NeMo 12B instruct (2407)",
+			Hidden: 5120, Intermediate: 14336, Layers: 40, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 131072},
 	}
 }
 
@@ -92,9 +122,21 @@ func (e Entry) Params() (linear, embed, head, other int64) {
 	if !e.TiedEmbed {
 		head = e.Vocab * e.Hidden
 	}
-	other = e.Layers*2*e.Hidden + e.Hidden // norms
-	if e.Architecture == "BitNetForCausalLM" {
-		other += e.Layers * (e.Hidden + e.Intermediate) // sub-norms
+	other = e.Layers*2*e.Hidden + e.Hidden // a layer's two norms, and the last
+	// What a family adds to a layer is small, but counting it keeps the
+	// total equal to the published one. (Phi-3 stores q, k, v and gate, up
+	// each as one joined matrix: the same count.)
+	switch e.Architecture {
+	case "BitNetForCausalLM":
+		other += e.Layers * (e.Hidden + e.Intermediate) // attn_sub_norm, ffn_sub_norm
+	case "Qwen2ForCausalLM":
+		other += e.Layers * (q + 2*kv) // q, k and v biases
+	case "Qwen3ForCausalLM":
+		other += e.Layers * 2 * e.HeadDim // q_norm, k_norm
+	case "Gemma2ForCausalLM":
+		other += e.Layers * 2 * e.Hidden // pre_ and post_feedforward_layernorm
+	case "Gemma3ForCausalLM":
+		other += e.Layers * (2*e.Hidden + 2*e.HeadDim) // both
 	}
 	return linear, embed, head, other
 }

@@ -34,11 +34,13 @@ the weight bytes a generated token reads, the bandwidth that achieves, and on a 
 the device's copy bandwidth (the roofline) and its memory by kind.
 
 Without a model, --shape builds models of real architectures' exact shapes with
-random weights in --bits (no download): tinyllama, llama2-7b, bitnet-2b (ternary);
---bits f16 gives the unquantized baseline (f16 on the GPU, float32 on the CPU).
-Both take comma-separated lists.`,
+random weights in --bits (no download), one of
+  ` + strings.Join(bench.Shapes(), ", ") + `
+(bitnet-2b is ternary: --bits tq2); --bits f16 gives the unquantized baseline (f16 on
+the GPU, float32 on the CPU). Both take comma-separated lists.`,
 		Example: `  lowbit bench ./tinyllama-q4
   lowbit bench --shape tinyllama,llama2-7b --bits 4,8 -p 512 -n 128
+  lowbit bench --shape llama3.1-8b,qwen2.5-7b,qwen3-8b,gemma2-9b,phi3.5-mini --bits 4
   lowbit bench --shape bitnet-2b --bits tq2 --json`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"lowbit/convert"
 	"lowbit/hub/hubtest"
 	"lowbit/manifest"
 )
@@ -29,7 +30,7 @@ func TestListModels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"tinyllama", "TinyLlama/TinyLlama-1.1B-Chat-v1.0", "mistral-7b-instruct", "gemma-2b", "llama2-7b", "bitnet-2b", "microsoft/bitnet-b1.58-2B-4T-bf16", "TERNARY"} {
+	for _, want := range []string{"tinyllama", "TinyLlama/TinyLlama-1.1B-Chat-v1.0", "mistral-7b-instruct", "gemma-2b", "llama2-7b", "bitnet-2b", "microsoft/bitnet-b1.58-2B-4T-bf16", "TERNARY", "qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct", "Gemma3ForCausalLM", "mistral-nemo"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("--list-models lacks %q:\n%s", want, out)
 		}
@@ -39,7 +40,7 @@ func TestListModels(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rows []map[string]any
-	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) < 6 {
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != len(convert.Registry()) {
 		t.Fatalf("--json: %v %d", err, len(rows))
 	}
 }
