@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"lowbit/internal/fixture"
+	"lowbit/internal/paritygen"
 	"lowbit/internal/testmodels"
 	"lowbit/model"
 	"lowbit/quantize"
@@ -121,6 +122,44 @@ func TestBackendMatchesCPU(t *testing.T) {
 			gs, _ := newGPUSession(t, d, m, 64, 4)
 			worst := matchCPU(t, m, cpu, gs, []int{1, 5, 9, 17, 33, 2, 70}, 12, tc.limit)
 			t.Logf("%s: worst decode relative L2 %.2g", tc.name, worst)
+		})
+	}
+}
+
+// TestBackendFamilies runs every random model of the parity records
+// (testdata/parity, internal/paritygen: one per architecture feature) on
+// the GPU and on the CPU: the recorded tokens in prefill chunks of 4, then
+// 8 decode steps fed with the CPU's greedy tokens. Logits agree within a
+// relative L2 of 1e-3, so each feature the CPU matches transformers on
+// (TestParityRandomModels) the GPU runs too. A record gen.py has not
+// written yet is skipped.
+func TestBackendFamilies(t *testing.T) {
+	d := openOrSkip(t)
+	for _, name := range paritygen.RandomModels() {
+		t.Run(name, func(t *testing.T) {
+			rec, _ := paritygen.ReadOrSkip(t, paritygen.Dir, name)
+			cfg, err := model.ParseHFConfig(rec.Config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			weights := map[string]*model.Weight{}
+			for _, n := range cfg.ExpectedTensors() {
+				rows, cols, w := paritygen.Tensor(n, cfg.TensorShape(n))
+				weights[n] = model.FloatWeight(rows, cols, w)
+			}
+			m, err := model.New(cfg, weights)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const steps = 8
+			ctx := (len(rec.Tokens) + steps + 63) / 64 * 64 // whole blocks, as the other tests size the cache
+			cpu, err := m.NewSession(model.SessionOptions{Context: ctx, Batch: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gs, _ := newGPUSession(t, d, m, ctx, 4)
+			worst := matchCPU(t, m, cpu, gs, rec.Tokens, steps, 1e-3)
+			t.Logf("%s: %d prompt tokens, worst decode relative L2 %.2g", name, len(rec.Tokens), worst)
 		})
 	}
 }

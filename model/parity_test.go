@@ -2,14 +2,10 @@ package model
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/json"
-	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
+	"lowbit/internal/paritygen"
 	"lowbit/quantize"
 )
 
@@ -17,98 +13,55 @@ import (
 // logits transformers 5.17 computed (gen.py) for random-weight models with
 // the exact shapes of TinyLlama-1.1B, Mistral-7B, Gemma-2B and
 // BitNet-b1.58-2B-4T (fewer layers, vocab 320), small models for the
-// sliding window and rope scaling, and the real stories260K. The random
-// weights are rebuilt here bit for bit by the generator gen.py documents.
+// sliding window and rope scaling, one small model per family feature
+// (Qwen2, Qwen3, Gemma 2 and 3, Phi-3, Mistral v0.3, SmolLM3, YaRN), and
+// the real stories260K. The random weights are rebuilt here bit for bit by
+// the generator gen.py documents (internal/paritygen).
 
-const parityDir = "../testdata/parity"
-
-// parityRecord is <name>.json.
-type parityRecord struct {
-	Config json.RawMessage `json:"config"`
-	Prompt []int           `json:"prompt"`
-	Tokens []int           `json:"tokens"`
-	Greedy []int           `json:"greedy"`
-}
-
-// splitmixUniform is gen.py's generator: v_i in [-1, 1) for tensor name.
-func splitmixUniform(name string, n int) []float32 {
-	key := uint64(0xCBF29CE484222325)
-	for _, b := range []byte(name) {
-		key = (key ^ uint64(b)) * 0x100000001B3
-	}
-	out := make([]float32, n)
-	for i := range out {
-		z := key + uint64(i+1)*0x9E3779B97F4A7C15
-		z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
-		z = (z ^ z>>27) * 0x94D049BB133111EB
-		z ^= z >> 31
-		u := float32(z>>40) * (1.0 / (1 << 24))
-		out[i] = u*2 - 1
-	}
-	return out
-}
+const parityDir = paritygen.Dir
 
 // parityWeights builds the tensor as gen.py does.
 func parityWeights(name string, shape []int64) *Weight {
-	if len(shape) == 1 {
-		w := splitmixUniform(name, int(shape[0]))
-		for i, v := range w {
-			w[i] = float32(float32(0.1)*v) + 1
-		}
-		return FloatWeight(1, len(w), w)
-	}
-	rows, cols := int(shape[0]), int(shape[1])
-	w := splitmixUniform(name, rows*cols)
-	s := float32(1 / math.Sqrt(float64(cols)))
-	for i, v := range w {
-		w[i] = v * s
-	}
+	rows, cols, w := paritygen.Tensor(name, shape)
 	return FloatWeight(rows, cols, w)
 }
 
-func TestParityGenerator(t *testing.T) {
-	// Values gen.py printed on the device (gen.log).
-	norm := parityWeights("model.norm.weight", []int64{4}).F32
-	head := parityWeights("lm_head.weight", []int64{2, 3}).F32
-	wantNorm := []float64{0.9097375869750977, 0.9275640249252319, 0.9804114103317261, 1.0281214714050293}
-	wantHead := []float64{0.5690133571624756, 0.5597248077392578, -0.5290269255638123, -0.08916806429624557, 0.19879987835884094, 0.5648882985115051}
-	for i, w := range wantNorm {
-		if float64(norm[i]) != w {
-			t.Errorf("norm[%d] = %v, gen.py %v", i, norm[i], w)
-		}
-	}
-	for i, w := range wantHead {
-		if float64(head[i]) != w {
-			t.Errorf("head[%d] = %v, gen.py %v", i, head[i], w)
-		}
-	}
+// readParity reads name's record and logits, skipping t when gen.py has
+// not written them yet.
+func readParity(t *testing.T, name string) (paritygen.Record, []float32) {
+	t.Helper()
+	return paritygen.ReadOrSkip(t, parityDir, name)
 }
 
-func readParity(t *testing.T, name string) (parityRecord, []float32) {
+// parityModel builds the random model of rec as gen.py built it for
+// transformers, after checking lowbit expects the tensors transformers has.
+func parityModel(t *testing.T, rec paritygen.Record) *Model {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(parityDir, name+".json"))
+	cfg, err := ParseHFConfig(rec.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rec parityRecord
-	if err := json.Unmarshal(b, &rec); err != nil {
+	if testing.Short() && cfg.HiddenSize > 256 {
+		t.Skip("large shapes skipped in -short")
+	}
+	if err := rec.CheckTensors(cfg.ExpectedTensors(), cfg.TensorShape); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(filepath.Join(parityDir, name+".f32"))
+	weights := map[string]*Weight{}
+	for _, n := range cfg.ExpectedTensors() {
+		weights[n] = parityWeights(n, cfg.TensorShape(n))
+	}
+	m, err := New(cfg, weights)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logits := make([]float32, len(raw)/4)
-	for i := range logits {
-		logits[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
-	return rec, logits
+	return m
 }
 
 // checkParity runs tokens through the model in one batch and in small
 // batches, compares every position's logits with transformers', and
 // replays the greedy continuation.
-func checkParity(t *testing.T, m *Model, rec parityRecord, want []float32) {
+func checkParity(t *testing.T, m *Model, rec paritygen.Record, want []float32) {
 	ctx := context.Background()
 	v := m.Config.VocabSize
 	if len(want) != len(rec.Tokens)*v {
@@ -146,26 +99,13 @@ func checkParity(t *testing.T, m *Model, rec parityRecord, want []float32) {
 	}
 }
 
+// TestParityRandomModels replays every random model of gen.py; a case
+// gen.py has not run yet is skipped.
 func TestParityRandomModels(t *testing.T) {
-	for _, name := range []string{"tinyllama", "mistral", "mistral_window", "gemma", "bitnet", "llama3_rope", "llama_linear_rope"} {
+	for _, name := range paritygen.RandomModels() {
 		t.Run(name, func(t *testing.T) {
 			rec, want := readParity(t, name)
-			cfg, err := ParseHFConfig(rec.Config)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if testing.Short() && cfg.HiddenSize > 256 {
-				t.Skip("large shapes skipped in -short")
-			}
-			weights := map[string]*Weight{}
-			for _, n := range cfg.ExpectedTensors() {
-				weights[n] = parityWeights(n, cfg.TensorShape(n))
-			}
-			m, err := New(cfg, weights)
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkParity(t, m, rec, want)
+			checkParity(t, parityModel(t, rec), rec, want)
 		})
 	}
 }
