@@ -67,8 +67,12 @@ func checkParity(t *testing.T, m *Model, rec paritygen.Record, want []float32) {
 	if len(want) != len(rec.Tokens)*v {
 		t.Fatalf("%d logits for %d tokens of vocab %d", len(want), len(rec.Tokens), v)
 	}
+	// The session holds what the test runs, as transformers' forward
+	// covers only those positions: longrope picks its factors by the
+	// context, which then matches transformers' length.
+	positions := min(max(len(rec.Tokens), len(rec.Prompt)+len(rec.Greedy)), m.Config.MaxPositions)
 	for _, batch := range []int{64, 3} {
-		s, err := m.NewSession(SessionOptions{Batch: batch})
+		s, err := m.NewSession(SessionOptions{Batch: batch, Context: positions})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +90,7 @@ func checkParity(t *testing.T, m *Model, rec paritygen.Record, want []float32) {
 		}
 		t.Logf("batch %d: worst rel L2 over %d positions %.3g", batch, len(rec.Tokens), worst)
 	}
-	s, err := m.NewSession(SessionOptions{})
+	s, err := m.NewSession(SessionOptions{Context: positions})
 	if err != nil {
 		t.Fatal(err)
 	}
