@@ -31,7 +31,7 @@ build() {
 
 # gputest: every gpu test against the fresh PTX, and the runtime's own.
 gputest() {
-	"$BIN/gpu.test" -test.v -test.count=1 >"$OUT/gputest.log" 2>&1
+	(cd gpu && "$BIN/gpu.test" -test.v -test.count=1) >"$OUT/gputest.log" 2>&1
 	log "gpu.test exit $?: $(grep -c '^--- PASS' "$OUT/gputest.log") passed, $(grep -c '^--- FAIL' "$OUT/gputest.log") failed"
 	grep -E '^--- FAIL' -A5 "$OUT/gputest.log" | head -40
 	(cd gpu/cuda && "$BIN/cuda.test" -test.v -test.count=1) >"$OUT/cudatest.log" 2>&1
