@@ -78,13 +78,37 @@ type Config struct {
 	EOS       []int `json:"eos_token_ids"`
 }
 
-// RopeScaling is the rotary embedding scaling of the config (linear, dynamic or llama3).
+// RopeScaling is the rotary embedding scaling of the config (linear,
+// dynamic, llama3, yarn or longrope), with what transformers resolves on
+// loading already resolved (original_max_position_embeddings, longrope's
+// factor), so that the rotation needs nothing else from config.json.
 type RopeScaling struct {
-	Type                          string  `json:"type"`
-	Factor                        float64 `json:"factor"`
-	LowFreqFactor                 float64 `json:"low_freq_factor,omitempty"`
-	HighFreqFactor                float64 `json:"high_freq_factor,omitempty"`
-	OriginalMaxPositionEmbeddings int     `json:"original_max_position_embeddings,omitempty"`
+	Type   string  `json:"type"`
+	Factor float64 `json:"factor"`
+	// LowFreqFactor and HighFreqFactor bound llama3's blend.
+	LowFreqFactor  float64 `json:"low_freq_factor,omitempty"`
+	HighFreqFactor float64 `json:"high_freq_factor,omitempty"`
+	// OriginalMaxPositionEmbeddings is the pretraining length llama3, yarn
+	// and longrope extend.
+	OriginalMaxPositionEmbeddings int `json:"original_max_position_embeddings,omitempty"`
+	// BetaFast and BetaSlow bound yarn's ramp in rotations over the
+	// pretraining length; 0: 32 and 1.
+	BetaFast float64 `json:"beta_fast,omitempty"`
+	BetaSlow float64 `json:"beta_slow,omitempty"`
+	// AttentionFactor multiplies cos and sin (yarn, longrope); 0: derived
+	// from the factor.
+	AttentionFactor float64 `json:"attention_factor,omitempty"`
+	// Mscale and MscaleAllDim, both set, derive yarn's attention factor as
+	// their ratio (DeepSeek); 0: unset.
+	Mscale       float64 `json:"mscale,omitempty"`
+	MscaleAllDim float64 `json:"mscale_all_dim,omitempty"`
+	// Truncate widens yarn's ramp to whole dimensions; nil: true.
+	Truncate *bool `json:"truncate,omitempty"`
+	// ShortFactor and LongFactor divide each rotated pair's frequency
+	// (longrope): the short ones within the pretraining length, the long
+	// ones past it.
+	ShortFactor []float64 `json:"short_factor,omitempty"`
+	LongFactor  []float64 `json:"long_factor,omitempty"`
 }
 
 // Role is what a tensor does in the model, which decides how it is stored.
@@ -245,48 +269,109 @@ func (r hfConfig) common(c *Config) error {
 
 // ropeScaling reads rope_scaling (HF writes "type" or "rope_type"), or
 // rope_parameters, which transformers 5 writes instead of rope_theta and
-// rope_scaling (theta inside, type "default" when unscaled).
+// rope_scaling (theta inside, type "default" when unscaled, nested by layer
+// type where sliding and full attention layers rotate differently: Gemma
+// 3). It resolves what transformers resolves on loading:
+// original_max_position_embeddings from the top level of config.json first
+// (Phi-3 keeps it there), then from the scaling, then
+// max_position_embeddings; a missing yarn or longrope factor as
+// max_position_embeddings over it.
 func (r hfConfig) ropeScaling(c *Config) error {
 	var rs map[string]any
 	if err := r.get("rope_scaling", &rs, false); err != nil {
 		return err
 	}
+	d := ropeDict{name: "rope_scaling", m: rs}
 	if rs == nil {
 		if err := r.get("rope_parameters", &rs, false); err != nil || rs == nil {
 			return err
 		}
-		if _, ok := r["rope_theta"]; !ok {
-			if theta, ok := rs["rope_theta"].(float64); ok {
-				c.RopeTheta = theta
+		d = ropeDict{name: "rope_parameters", m: rs}
+	}
+	full, nested, err := d.sub("full_attention")
+	if err != nil {
+		return err
+	}
+	local, isLocal, err := d.sub("sliding_attention")
+	if err != nil {
+		return err
+	}
+	if nested || isLocal {
+		if isLocal {
+			if err := local.localTheta(c); err != nil {
+				return err
 			}
 		}
+		if !nested {
+			return nil
+		}
+		d = full
+	}
+	// transformers keeps a theta given with the rope parameters over the
+	// top-level one.
+	if theta, ok, err := d.num("rope_theta"); err != nil {
+		return err
+	} else if ok {
+		c.RopeTheta = theta
 	}
 	s := &RopeScaling{}
-	if t, ok := rs["rope_type"].(string); ok {
-		s.Type = t
-	} else if t, ok := rs["type"].(string); ok {
-		s.Type = t
+	if s.Type, err = d.kind(); err != nil {
+		return err
 	}
-	num := func(k string) float64 {
-		f, _ := rs[k].(float64)
-		return f
-	}
-	s.Factor = num("factor")
-	s.LowFreqFactor, s.HighFreqFactor = num("low_freq_factor"), num("high_freq_factor")
-	s.OriginalMaxPositionEmbeddings = int(num("original_max_position_embeddings"))
 	switch s.Type {
 	case "default", "":
 		return nil
-	case "linear", "dynamic":
-		if s.Factor <= 0 {
-			return fmt.Errorf("config.json: rope_scaling.factor must be positive for %s scaling", s.Type)
+	case "su": // Phi-3's first name for longrope
+		s.Type = "longrope"
+	}
+	factor, hasFactor, err := d.num("factor")
+	if err != nil {
+		return err
+	}
+	s.Factor = factor
+	for _, f := range []struct {
+		key string
+		dst *float64
+	}{
+		{"low_freq_factor", &s.LowFreqFactor}, {"high_freq_factor", &s.HighFreqFactor},
+		{"beta_fast", &s.BetaFast}, {"beta_slow", &s.BetaSlow},
+		{"mscale", &s.Mscale}, {"mscale_all_dim", &s.MscaleAllDim},
+	} {
+		if *f.dst, _, err = d.num(f.key); err != nil {
+			return err
 		}
-	case "llama3":
-		if s.Factor <= 0 || s.OriginalMaxPositionEmbeddings <= 0 || s.LowFreqFactor <= 0 || s.HighFreqFactor <= s.LowFreqFactor {
-			return errors.New("config.json: rope_scaling of type llama3 needs factor, low_freq_factor < high_freq_factor and original_max_position_embeddings")
+	}
+	if af, ok, err := d.num("attention_factor"); err != nil {
+		return err
+	} else if ok && !(af > 0) {
+		return fmt.Errorf("config.json: field %s.attention_factor must be positive, is %v", d.name, af)
+	} else {
+		s.AttentionFactor = af
+	}
+	if t, ok := d.m["truncate"]; ok && t != nil {
+		b, isBool := t.(bool)
+		if !isBool {
+			return fmt.Errorf("config.json: field %s.truncate must be true or false, is %v", d.name, t)
 		}
-	default:
-		return fmt.Errorf("config.json: rope_scaling type %q is not supported (linear, dynamic, llama3)", s.Type)
+		s.Truncate = &b
+	}
+	if s.ShortFactor, err = d.list("short_factor"); err != nil {
+		return err
+	}
+	if s.LongFactor, err = d.list("long_factor"); err != nil {
+		return err
+	}
+	switch s.Type {
+	case "llama3", "yarn", "longrope":
+		if s.OriginalMaxPositionEmbeddings, err = r.originalMax(d, c.MaxPositions); err != nil {
+			return err
+		}
+		if !hasFactor && s.Type != "llama3" {
+			s.Factor = float64(c.MaxPositions) / float64(s.OriginalMaxPositionEmbeddings)
+		}
+	}
+	if err := s.check(); err != nil {
+		return fmt.Errorf("config.json: %w", err)
 	}
 	c.RopeScaling = s
 	return nil
@@ -342,7 +427,7 @@ func (c Config) Check() error {
 	if c.SlidingWindow < 0 || c.SlidingWindow > maxPositions {
 		return fmt.Errorf("config.json: field sliding_window = %d is outside [0, %d]", c.SlidingWindow, maxPositions)
 	}
-	return nil
+	return c.checkRope()
 }
 
 // TensorRole says what a tensor of this architecture does.

@@ -89,7 +89,7 @@ func TestParseHFConfigErrors(t *testing.T) {
 		{`{"architectures":["LlamaForCausalLM"],` + base + `,"hidden_act":"gelu"}`, "hidden_act"},
 		{`{"architectures":["LlamaForCausalLM"],` + base + `,"hidden_size":"big"}`, "hidden_size"},
 		{`{"architectures":["LlamaForCausalLM"],"hidden_size":0,"intermediate_size":128,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":10}`, "must be positive"},
-		{`{"architectures":["LlamaForCausalLM"],` + base + `,"rope_scaling":{"type":"yarn","factor":2}}`, "yarn"},
+		{`{"architectures":["LlamaForCausalLM"],` + base + `,"rope_scaling":{"type":"ntk","factor":2}}`, `rope_scaling type "ntk" is not supported`},
 		{`{"architectures":["LlamaForCausalLM"],` + base + `,"eos_token_id":"x"}`, "eos_token_id"},
 		// Absurd sizes are refused by name and limit before anything is made from them.
 		{`{"architectures":["LlamaForCausalLM"],` + base + `,"hidden_size":1099511627776}`, "field hidden_size = 1099511627776 is over the limit of 65536"},
