@@ -1,9 +1,6 @@
 package model
 
-import (
-	"encoding/json"
-	"fmt"
-)
+import "fmt"
 
 // gemma3 reads Gemma3ForCausalLM configs (the text model): Gemma 2's block
 // with q/k norms instead of soft-capping, sliding-window layers in a
@@ -28,32 +25,6 @@ func (gemma3) parse(raw hfConfig, c *Config) error {
 	} {
 		if err := raw.get(f.field, f.dst, false); err != nil {
 			return err
-		}
-	}
-	// transformers 5 writes rope_parameters per layer type.
-	var rp map[string]map[string]any
-	if err := raw.get("rope_parameters", &rp, false); err == nil && rp != nil {
-		if s, ok := rp["sliding_attention"]; ok {
-			if t, ok := s["rope_theta"].(float64); ok {
-				c.LocalRopeTheta = t
-			}
-		}
-		if g, ok := rp["full_attention"]; ok {
-			sub, err := json.Marshal(map[string]any{"rope_parameters": g})
-			if err != nil {
-				return err
-			}
-			var inner hfConfig
-			if err := json.Unmarshal(sub, &inner); err != nil {
-				return err
-			}
-			if t, ok := g["rope_theta"].(float64); ok {
-				c.RopeTheta = t
-			}
-			c.RopeScaling = nil
-			if err := inner.ropeScaling(c); err != nil {
-				return fmt.Errorf("config.json: rope_parameters.full_attention: %w", err)
-			}
 		}
 	}
 	pattern := 6

@@ -444,38 +444,3 @@ func (c Config) checkRope() error {
 	}
 	return nil
 }
-
-// Rotary is one layer's rotary embedding: the inverse frequency of each
-// rotated pair (RotaryDim/2 of them; nil: the layer does not rotate) and
-// the factor cos and sin are multiplied by (1 without attention scaling).
-type Rotary struct {
-	InvFreq []float32
-	Factor  float32
-}
-
-// Rotary is layer's rotation in a session of ctx positions.
-func (c Config) Rotary(layer, ctx int) Rotary {
-	if slices.Contains(c.NoRopeLayers, layer) {
-		return Rotary{}
-	}
-	d := c.HeadDim
-	if c.RotaryDim > 0 {
-		d = c.RotaryDim
-	}
-	local := c.LocalRopeTheta > 0 && c.Window(layer) > 0
-	theta := c.RopeTheta
-	if local {
-		theta = c.LocalRopeTheta
-	}
-	inv := make([]float32, d/2)
-	for i := range inv {
-		e := float32(2*i) / float32(d)
-		inv[i] = 1 / float32(math.Pow(theta, float64(e)))
-	}
-	if !local && c.RopeScaling != nil {
-		full := c
-		full.HeadDim, full.RotaryDim = d, 0
-		inv = full.InvFreq()
-	}
-	return Rotary{InvFreq: inv, Factor: 1}
-}
