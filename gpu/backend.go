@@ -631,7 +631,7 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.Cache, layer int, a
 		b.fail(fmt.Errorf("gpu: attention: layer %d, %d tokens of %d/%d heads of %d do not fit the buffers or cache", layer, n, a.Heads, a.KVHeads, a.HeadDim))
 		return
 	}
-	if rope != nil && (rope.w.Rows != 2 || rope.w.Cols != a.HeadDim/2) {
+	if rope != nil && (rope.w.Rows != 1 || rope.w.Cols != a.HeadDim) {
 		b.fail(fmt.Errorf("gpu: attention: a rotation of [%d, %d] for heads of %d", rope.w.Rows, rope.w.Cols, a.HeadDim))
 		return
 	}

@@ -185,9 +185,9 @@ type Attn struct {
 	// QNorm and KNorm, when set, RMS-normalize each head of q and k
 	// before the rotation (Qwen3, Gemma 3).
 	QNorm, KNorm Norm
-	// Rope, when set, is the rotation [2, HeadDim/2]: each pair's inverse
-	// frequency, then the factor its cos and sin are multiplied by (HF
-	// rotate-half layout: pairs (i, i+HeadDim/2); a pair that does not
+	// Rope, when set, is the rotation [1, HeadDim]: each of the HeadDim/2
+	// pairs' inverse frequency, then each one's factor for its cos and sin
+	// (HF rotate-half layout: pairs (i, i+HeadDim/2); a pair that does not
 	// rotate has frequency 0 and factor 1).
 	Rope Mat
 	// SoftCap, when positive, caps each score (after Scale):

@@ -182,7 +182,7 @@ func (s *Session) uploadRope(l int, ropes map[string]Mat) (Mat, error) {
 	if m, ok := ropes[key]; ok {
 		return m, nil
 	}
-	mats, err := s.uploadWeights("rotary frequencies", FloatWeight(2, half, t))
+	mats, err := s.uploadWeights("rotary frequencies", FloatWeight(1, 2*half, t))
 	if err != nil {
 		return Mat{}, err
 	}

@@ -396,7 +396,7 @@ func (c *CPU) Attention(out, q, k, v Buf, kc Cache, layer int, a Attn) {
 		if c.err != nil {
 			return
 		}
-		if f.w.Rows != 2 || f.w.Cols != hd/2 {
+		if f.w.Rows != 1 || f.w.Cols != hd {
 			c.fail(fmt.Errorf("cpu: attention: a rotation of [%d, %d] for heads of %d", f.w.Rows, f.w.Cols, hd))
 			return
 		}

@@ -538,7 +538,8 @@ def run_case(case, workdir, outdir):
     cfg = case.cfg
     config, model = build(case.name, cfg, workdir)
     rp = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
-    act = type(model.model.layers[0].mlp.act_fn).__name__
+    mlp = model.model.layers[0].mlp
+    act = type(getattr(mlp, "act_fn", None) or getattr(mlp, "activation_fn")).__name__  # Phi3MLP names it activation_fn
     layer_types = getattr(config, "layer_types", None)
     print(case.name, "rope", rp, "act", act, "window", getattr(config, "sliding_window", None),
           "layer_types", layer_types, flush=True)
