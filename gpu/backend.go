@@ -47,6 +47,8 @@ type Backend struct {
 	// replaced ones kept until Close, as recorded graphs read them.
 	scratch [5]Buffer
 	retired []Buffer
+	// biases are joined q/k/v biases (jointBias), by their parts.
+	biases map[string]Buffer
 
 	// tok and pos hold the step's token ids and the positions of its
 	// tokens (int32, maxStep of each), the two halves of step.
@@ -143,7 +145,7 @@ func NewBackend(d *Device, maxStep int) (*Backend, error) {
 	if maxStep <= 0 {
 		maxStep = 512
 	}
-	b := &Backend{d: d, byWeight: map[*model.Weight]int{}, i8: map[int]Buffer{}, steps: map[any]*stepGraph{}, maxStep: maxStep, skip: d.exp.skip}
+	b := &Backend{d: d, byWeight: map[*model.Weight]int{}, i8: map[int]Buffer{}, biases: map[string]Buffer{}, steps: map[any]*stepGraph{}, maxStep: maxStep, skip: d.exp.skip}
 	err := d.do(func() error {
 		var err error
 		if b.step, err = d.alloc(int64(8*maxStep), MemScratch); err != nil {
@@ -207,6 +209,9 @@ func (b *Backend) Close() {
 			all = append(all, x.b)
 		}
 		all = append(append(append(all, b.scratch[:]...), b.retired...), b.step, b.scale, b.idx, b.topk)
+		for _, x := range b.biases {
+			all = append(all, x)
+		}
 		for _, x := range all {
 			if x.Ptr() != 0 {
 				b.d.free(x)
@@ -218,7 +223,7 @@ func (b *Backend) Close() {
 		return nil
 	})
 	b.steps, b.mats, b.byWeight, b.caches, b.bufs, b.i8, b.joined = map[any]*stepGraph{}, nil, map[*model.Weight]int{}, nil, nil, map[int]Buffer{}, nil
-	b.scratch, b.retired = [5]Buffer{}, nil
+	b.scratch, b.retired, b.biases = [5]Buffer{}, nil, map[string]Buffer{}
 	b.step, b.tok, b.pos, b.scale, b.idx, b.topk = Buffer{}, Buffer{}, Buffer{}, Buffer{}, Buffer{}, Buffer{}
 }
 
@@ -640,14 +645,14 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.Cache, layer int, a
 		// then reads (and stores k from).
 		qs, ks := b.scratchBuf(3, q.Len()), b.scratchBuf(4, k.Len())
 		qe, ke := a.QNorm.Eps, a.KNorm.Eps
-		hd := a.HeadDim
+		hd, qin, kin := a.HeadDim, qb, kb
 		b.op("q/k norm", func() error {
-			if err := b.d.rmsnorm(qb, qn.m.data, qs, n*a.Heads, hd, qe, 0); err != nil {
+			if err := b.d.rmsnorm(qin, qn.m.data, qs, n*a.Heads, hd, qe, 0); err != nil {
 				return err
 			}
-			return b.d.rmsnorm(kb, kn.m.data, ks, n*a.KVHeads, hd, ke, 0)
+			return b.d.rmsnorm(kin, kn.m.data, ks, n*a.KVHeads, hd, ke, 0)
 		})
-		qb, kb = qs, ks
+		qb, kb = qs, ks // (the closure above keeps the buffers it reads)
 	}
 	if n == 1 && b.skip["attn"] {
 		return

@@ -64,9 +64,7 @@ func (b *Backend) Linear(x model.Buf, norm model.Norm, outs ...model.Output) {
 		b.settle()
 	}
 	if n == 1 && b.pending == nil && b.linearFused(xb, g, norm.Eps, outs, ws, ups, dsts) {
-		for i := range outs {
-			b.addBias(dsts[i], biases[i], outs[i].W.Rows())
-		}
+		b.addBiases(outs, dsts, biases)
 		return
 	}
 	// The norm, joined with a pending add to x where there is one.
@@ -90,9 +88,7 @@ func (b *Backend) Linear(x model.Buf, norm model.Norm, outs ...model.Output) {
 			// gate then up, activated into Dst.
 			if ups[0] == nil {
 				b.product(j, in, b.span(outs[0].Dst, j.Rows), 1)
-				for i := range outs {
-					b.addBias(dsts[i], biases[i], outs[i].W.Rows())
-				}
+				b.addBiases(outs, dsts, biases)
 				return
 			}
 			gu := b.scratchBuf(1, j.Rows)
@@ -129,6 +125,12 @@ func (b *Backend) Linear(x model.Buf, norm model.Norm, outs ...model.Output) {
 				return
 			}
 			rows, eps, src := o.W.Rows(), o.Norm.Eps, y
+			if o.Add && o.SoftCap == 0 {
+				// The norm and the add in one pass; nothing left pending.
+				dst := dsts[i]
+				b.op("rmsnorm_add", func() error { return b.d.rmsnormAdd(src, g.m.data, dst, n, rows, eps) })
+				continue
+			}
 			b.op("rmsnorm", func() error { return b.d.rmsnorm(src, g.m.data, final, n, rows, eps, 0) })
 		}
 		if o.SoftCap > 0 {
@@ -263,6 +265,65 @@ func (b *Backend) span(x model.Buf, n int) Buffer {
 		return Buffer{}
 	}
 	return b.bufs[x.ID()].b.Slice(int64(4*x.Off()), int64(4*n))
+}
+
+// addBiases queues the biases of one token's outputs: where every output
+// has one and they lie side by side (a joined q/k/v), one add over them
+// with the biases joined once (jointBias), else one add each.
+func (b *Backend) addBiases(outs []model.Output, dsts, biases []Buffer) {
+	joint := len(outs) > 1
+	total := 0
+	for i, o := range outs {
+		joint = joint && biases[i].Ptr() != 0 && (i == 0 || dsts[i].Ptr() == dsts[i-1].Ptr()+uint64(dsts[i-1].Size()))
+		total += o.W.Rows()
+	}
+	if !joint {
+		for i, o := range outs {
+			b.addBias(dsts[i], biases[i], o.W.Rows())
+		}
+		return
+	}
+	jb := b.jointBias(biases, outs)
+	if b.err != nil {
+		return
+	}
+	b.addBias(b.span(outs[0].Dst, total), jb, total)
+}
+
+// jointBias is biases one after another in one buffer, made on first use
+// (a decode step's first run, outside any capture) and kept.
+func (b *Backend) jointBias(biases []Buffer, outs []model.Output) Buffer {
+	key := fmt.Sprint(biases)
+	if jb, ok := b.biases[key]; ok {
+		return jb
+	}
+	total := 0
+	for _, o := range outs {
+		total += o.W.Rows()
+	}
+	jb, err := b.alloc(total)
+	if err != nil {
+		b.fail(fmt.Errorf("gpu: joined biases: %w", err))
+		return Buffer{}
+	}
+	err = b.d.do(func() error {
+		off := int64(0)
+		for i, o := range outs {
+			n := int64(4 * o.W.Rows())
+			if err := b.d.copyDtoD(jb.Slice(off, n), biases[i], n); err != nil {
+				return err
+			}
+			off += n
+		}
+		return b.d.sync()
+	})
+	if err != nil {
+		b.fail(fmt.Errorf("gpu: joined biases: %w", err))
+		return Buffer{}
+	}
+	jb = jb.Slice(0, int64(4*total))
+	b.biases[key] = jb
+	return jb
 }
 
 // addBias queues y[r, :] += bias for each row of y (nothing without a
