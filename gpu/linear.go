@@ -124,13 +124,9 @@ func (b *Backend) Linear(x model.Buf, norm model.Norm, outs ...model.Output) {
 			if b.err != nil {
 				return
 			}
+			// The normed product waits for its add, which joins the next
+			// norm of the residual (add_rmsnorm).
 			rows, eps, src := o.W.Rows(), o.Norm.Eps, y
-			if o.Add && o.SoftCap == 0 {
-				// The norm and the add in one pass; nothing left pending.
-				dst := dsts[i]
-				b.op("rmsnorm_add", func() error { return b.d.rmsnormAdd(src, g.m.data, dst, n, rows, eps) })
-				continue
-			}
 			b.op("rmsnorm", func() error { return b.d.rmsnorm(src, g.m.data, final, n, rows, eps, 0) })
 		}
 		if o.SoftCap > 0 {

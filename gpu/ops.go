@@ -94,11 +94,6 @@ func (d *Device) add(x, y Buffer, n int) error {
 	return d.launch("add", blocks256(n), grid1(256), 0, argBuf(x), argBuf(y), argInt(n))
 }
 
-// rmsnormAdd queues x += RMSNorm(y) * w over rows rows of n.
-func (d *Device) rmsnormAdd(y, w, x Buffer, rows, n int, eps float32) error {
-	return d.launchPDL("rmsnorm_add", grid1(rows), grid1(normThreads(n)), 0, argBuf(y), argBuf(w), argBuf(x), argInt(n), argF32(eps))
-}
-
 // softCap queues x = limit * tanh(x / limit) over n values.
 func (d *Device) softCap(x Buffer, n int, limit float32) error {
 	return d.launch("softcap", blocks256(n), grid1(256), 0, argBuf(x), argInt(n), argF32(limit))

@@ -213,22 +213,3 @@ extern "C" __global__ void __launch_bounds__(AT) argmax(const float* x, int n, i
         if (gridDim.x > 1) *count = 0;
     }
 }
-
-// rmsnorm_add: x += RMSNorm(y) * w, one block per row of n: the norm of a
-// product before its residual add (Gemma 2 and 3), in one pass so that no
-// add is left pending and the next product can fold its own norm in.
-extern "C" __global__ void __launch_bounds__(1024) rmsnorm_add(const float* y, const float* __restrict__ w, float* x,
-                                                               int n, float eps) {
-    __shared__ float red[32];
-    pdl_launch_dependents();
-    pdl_wait();
-    const size_t off = (size_t)blockIdx.x * n;
-    y += off, x += off;
-    float s = 0.f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float a = ld_dep(y + i);
-        s += a * a;
-    }
-    const float q = rsqrtf(row_sum(s, red) / (float)n + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = ld_dep(x + i) + ld_dep(y + i) * q * w[i];
-}
