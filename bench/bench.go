@@ -221,8 +221,11 @@ func decodeBytes(m *model.Model) int64 {
 
 // formatOf names the format of the model's first layer's q_proj.
 func formatOf(m *model.Model) string {
-	if w := m.Weights["model.layers.0.self_attn.q_proj.weight"]; w != nil {
-		return string(w.Format())
+	// (Phi-3 stores q, k and v as one qkv_proj.)
+	for _, name := range []string{"model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.qkv_proj.weight"} {
+		if w := m.Weights[name]; w != nil {
+			return string(w.Format())
+		}
 	}
 	return "?"
 }
