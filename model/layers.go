@@ -12,38 +12,27 @@ import (
 // max_window_layers (the layers from that index on slide). Without either
 // no layer slides.
 func readLayerWindows(raw hfConfig, c *Config) error {
-	var window int
-	if err := raw.get("sliding_window", &window, false); err != nil {
+	var use bool
+	if err := raw.get("use_sliding_window", &use, false); err != nil {
 		return err
 	}
-	var types []string
-	if err := raw.get("layer_types", &types, false); err != nil {
+	from := c.NumLayers
+	if err := raw.get("max_window_layers", &from, false); err != nil {
 		return err
 	}
-	if len(types) == 0 {
-		var use bool
-		if err := raw.get("use_sliding_window", &use, false); err != nil || !use || window <= 0 {
-			return err
-		}
-		from := c.NumLayers
-		if err := raw.get("max_window_layers", &from, false); err != nil {
-			return err
-		}
-		for l := range c.NumLayers {
-			if l >= from {
-				types = append(types, "sliding_attention")
-			} else {
-				types = append(types, "full_attention")
-			}
-		}
-	}
-	return setLayerWindows(c, types, window)
+	return layerWindows(raw, c, func(l, window int) bool { return use && window > 0 && l >= from })
 }
 
 // readLayerWindowsPattern is readLayerWindows for Gemma: without
 // layer_types, every pattern-th layer (1-based) is global and the others
 // slide, as transformers derives it.
 func readLayerWindowsPattern(raw hfConfig, c *Config, pattern int) error {
+	return layerWindows(raw, c, func(l, _ int) bool { return (l+1)%pattern != 0 })
+}
+
+// layerWindows reads sliding_window and layer_types into LayerWindows;
+// without layer_types, slides says which layers slide.
+func layerWindows(raw hfConfig, c *Config, slides func(layer, window int) bool) error {
 	var window int
 	if err := raw.get("sliding_window", &window, false); err != nil {
 		return err
@@ -54,7 +43,7 @@ func readLayerWindowsPattern(raw hfConfig, c *Config, pattern int) error {
 	}
 	if len(types) == 0 {
 		for l := range c.NumLayers {
-			if (l+1)%pattern != 0 {
+			if slides(l, window) {
 				types = append(types, "sliding_attention")
 			} else {
 				types = append(types, "full_attention")
