@@ -103,6 +103,14 @@ func TestParseHFConfigErrors(t *testing.T) {
 		{`{"architectures":["LlamaForCausalLM"],` + base + `,"num_key_value_heads":8}`, "num_attention_heads 4 is not a multiple of num_key_value_heads 8"},
 		{`{"architectures":["LlamaForCausalLM"],` + base + `,"num_attention_heads":3}`, "head_dim 21 must be even"},
 		{`{"architectures":["MistralForCausalLM"],` + base + `,"sliding_window":1099511627776}`, "field sliding_window = 1099511627776 is outside [0, 16777216]"},
+		// Today's families.
+		{`{"architectures":["Qwen2ForCausalLM"],` + base + `,"layer_types":["full_attention","sliding_attention"]}`, "layer_types has 2 entries for 1 layers"},
+		{`{"architectures":["Qwen2ForCausalLM"],` + base + `,"layer_types":["local"],"sliding_window":8}`, `layer_types[0] = "local"`},
+		{`{"architectures":["Qwen2ForCausalLM"],` + base + `,"layer_types":["sliding_attention"]}`, "sliding_window = 0 must be in [1, 16777216]"},
+		{`{"architectures":["Qwen3ForCausalLM"],` + base + `,"attention_bias":true}`, "attention_bias = true is not supported"},
+		{`{"architectures":["Gemma3ForCausalLM"],` + base + `,"sliding_window_pattern":0}`, "sliding_window_pattern must be positive"},
+		{`{"architectures":["Phi3ForCausalLM"],` + base + `,"partial_rotary_factor":1.5}`, "partial_rotary_factor = 1.5 is outside (0, 1]"},
+		{`{"architectures":["SmolLM3ForCausalLM"],` + base + `,"no_rope_layers":[1,0]}`, "no_rope_layers has 2 entries for 1 layers"},
 	}
 	for _, tc := range tests {
 		_, err := ParseHFConfig([]byte(tc.json))

@@ -59,6 +59,11 @@ func setLayerWindows(c *Config, types []string, window int) error {
 	if len(types) != c.NumLayers {
 		return fmt.Errorf("config.json: field layer_types has %d entries for %d layers", len(types), c.NumLayers)
 	}
+	for l, t := range types {
+		if t != "sliding_attention" && t != "full_attention" {
+			return fmt.Errorf("config.json: field layer_types[%d] = %q is not sliding_attention or full_attention", l, t)
+		}
+	}
 	if !slices.Contains(types, "sliding_attention") {
 		return nil
 	}
@@ -67,12 +72,8 @@ func setLayerWindows(c *Config, types []string, window int) error {
 	}
 	c.LayerWindows = make([]int, c.NumLayers)
 	for l, t := range types {
-		switch t {
-		case "sliding_attention":
+		if t == "sliding_attention" {
 			c.LayerWindows[l] = window
-		case "full_attention":
-		default:
-			return fmt.Errorf("config.json: field layer_types[%d] = %q is not sliding_attention or full_attention", l, t)
 		}
 	}
 	return nil
