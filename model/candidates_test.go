@@ -11,7 +11,7 @@ import (
 	"lowbit/internal/fixture"
 )
 
-// hostTopK is what a TopKer returns, computed on the host: the k most
+// hostTopK is a step's Want.TopK answer by a full sort, the reference: the k most
 // likely tokens in Sample's order and the softmax denominator.
 func hostTopK(logits []float32, k int, temp float32) *Candidates {
 	var c []cand
