@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"lowbit/internal/fixture"
 	"lowbit/internal/testmodels"
 )
 
@@ -302,4 +303,38 @@ func (zeros) Read(p []byte) (int, error) {
 		p[i] = 'a'
 	}
 	return len(p), nil
+}
+
+// TestFamiliesEndToEnd converts a small model of every architecture at q4,
+// validates it and chats with it through the CLI, on the CPU.
+func TestFamiliesEndToEnd(t *testing.T) {
+	for _, spec := range fixture.Families() {
+		t.Run(strings.TrimSuffix(spec.Arch, "ForCausalLM"), func(t *testing.T) {
+			src := filepath.Join(t.TempDir(), "src")
+			if err := spec.Write(src); err != nil {
+				t.Fatal(err)
+			}
+			withChatTemplate(t, src)
+			out := filepath.Join(t.TempDir(), "q4")
+			// (Random weights may miss the accuracy bars: the model is kept.)
+			if _, stderr, err := runIn(t, "", "convert", src, "--bits", "4", "--out", out, "-q"); err != nil && !strings.Contains(err.Error(), "failed validation") {
+				t.Fatalf("convert: %v\n%s", err, stderr)
+			}
+			stdout, stderr, err := runIn(t, "", "validate", out, "--device", "cpu", "--json")
+			if err != nil && !strings.Contains(err.Error(), "fail") {
+				t.Fatalf("validate: %v\n%s", err, stderr)
+			}
+			if !strings.Contains(stdout, "kld") {
+				t.Fatalf("validate printed no KLD: %s", stdout)
+			}
+			stdout, stderr, err = runIn(t, "hello there\n", "run", out, "--device", "cpu", "--temp", "0", "-n", "4", "--json")
+			if err != nil {
+				t.Fatalf("run: %v\n%s", err, stderr)
+			}
+			var res runJSON
+			if err := json.Unmarshal([]byte(stdout), &res); err != nil || res.Stats.GenTokens == 0 {
+				t.Fatalf("chat turn %q: %v", stdout, err)
+			}
+		})
+	}
 }
