@@ -110,7 +110,8 @@ func (t TensorInfo) Shape() []int64 {
 	return s
 }
 
-// File is a parsed GGUF file. Its methods may be called concurrently.
+// File is a parsed GGUF file. Its methods but Close may be called
+// concurrently.
 type File struct {
 	r          io.ReaderAt
 	closer     io.Closer
@@ -401,9 +402,13 @@ func (f *File) readKV(r *reader) error {
 	if _, dup := f.kv[key]; dup {
 		return errAt(start, "key %q appears twice", key)
 	}
+	typeOff := r.off
 	typ, err := r.u32(fmt.Sprintf("type of key %q", key))
 	if err != nil {
 		return err
+	}
+	if ValueType(typ) > TypeFloat64 {
+		return errAt(typeOff, "key %q: unknown value type %d", key, typ)
 	}
 	v, err := readValue(r, ValueType(typ), 0)
 	if err != nil {
@@ -412,7 +417,7 @@ func (f *File) readKV(r *reader) error {
 	if key == AlignmentKey {
 		a, ok := v.v.(uint32)
 		if !ok {
-			return errAt(start, "key %q holds a %s, not a uint32", key, v.describe())
+			return errAt(start, "key %q holds %s, not a uint32", key, article(v.describe()))
 		}
 		if a == 0 || a&(a-1) != 0 {
 			return errAt(start, "key %q is %d, not a power of two", key, a)

@@ -323,13 +323,13 @@ func TestGetters(t *testing.T) {
 		{"Uint of negative", func() error { _, err := f.Uint("i32"); return err }, `key "i32" holds the int32 -2000000000, not a non-negative integer`},
 		{"Uint of float", func() error { _, err := f.Uint("f32"); return err }, `key "f32" holds a float32, not an integer`},
 		{"Int of huge uint64", func() error { _, err := f.Int("u64"); return err }, `key "u64" holds the uint64 18446744073709551615, too large for an int64`},
-		{"Float of int", func() error { _, err := f.Float("i8"); return err }, `key "i8" holds a int8, not a float`},
-		{"Strings of int32s", func() error { _, err := f.Strings("types"); return err }, `key "types" holds a array of int32, not an array of string`},
+		{"Float of int", func() error { _, err := f.Float("i8"); return err }, `key "i8" holds an int8, not a float`},
+		{"Strings of int32s", func() error { _, err := f.Strings("types"); return err }, `key "types" holds an array of int32, not an array of string`},
 		{"Strings of string", func() error { _, err := f.Strings("empty"); return err }, `key "empty" holds a string, not an array of string`},
-		{"Ints of strings", func() error { _, err := f.Ints("tokens"); return err }, `key "tokens" holds a array of string, not an array of integers`},
+		{"Ints of strings", func() error { _, err := f.Ints("tokens"); return err }, `key "tokens" holds an array of string, not an array of integers`},
 		{"Ints of scalar", func() error { _, err := f.Ints("u8"); return err }, `key "u8" holds a uint8, not an array of integers`},
 		{"Ints of huge uint64s", func() error { _, err := f.Ints("u64s"); return err }, `key "u64s": element 0`},
-		{"Float32s of ints", func() error { _, err := f.Float32s("types"); return err }, `key "types" holds a array of int32, not an array of floats`},
+		{"Float32s of ints", func() error { _, err := f.Float32s("types"); return err }, `key "types" holds an array of int32, not an array of floats`},
 	}
 	for _, tc := range errs {
 		if err := tc.call(); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -397,7 +397,7 @@ func TestHostile(t *testing.T) {
 			b, _ := build(ggufSpec{kvs: []kv{kvOf("a", uint8(1)), kvOf("a", uint8(2))}})
 			return b
 		}(), `at byte 38: key "a" appears twice`},
-		{"unknown value type", withKV("k", 13, []byte{1}), `key "k": at byte 82: unknown value type 13`},
+		{"unknown value type", withKV("k", 13, []byte{1}), `at byte 78: key "k": unknown value type 13`},
 		{"bool 2", withKV("k", uint32(TypeBool), []byte{2}), `key "k": at byte 82: bool is 2, not 0 or 1`},
 		{"bool array 7", withKV("k", uint32(TypeArray), append(rawArray(uint32(TypeBool), 2), 1, 7)), `key "k": at byte 95: element 1 of a bool array is 7`},
 		{"string too long", withKV("k", uint32(TypeString), le64(MaxStringLen+1)), `key "k": at byte 82: string of 67108865 bytes is over the 67108864-byte limit`},

@@ -195,7 +195,16 @@ func (f *File) lookup(key string) (Value, error) {
 }
 
 func wrongType(key string, v Value, want string) error {
-	return fmt.Errorf("gguf: key %q holds a %s, not %s", key, v.describe(), want)
+	return fmt.Errorf("gguf: key %q holds %s, not %s", key, article(v.describe()), want)
+}
+
+// article puts "a" or "an" before a type name, as it is read aloud
+// ("a uint32", "an int8", "an array of string").
+func article(s string) string {
+	if s != "" && (s[0] == 'a' || s[0] == 'e' || s[0] == 'i' || s[0] == 'o') {
+		return "an " + s
+	}
+	return "a " + s
 }
 
 // String returns a string value.
