@@ -144,7 +144,8 @@ type Model struct {
 	Config Config
 	// Weights maps HF tensor names to weights (lm_head.weight is absent when tied).
 	Weights map[string]*Weight
-	// Dir is the directory the model was loaded from ("" when built in memory).
+	// Dir is the directory (or GGUF file) the model was loaded from ("" when
+	// built in memory).
 	Dir string
 	// LoadDuration is the time Load took.
 	LoadDuration time.Duration
@@ -153,8 +154,9 @@ type Model struct {
 // LoadOptions tune Load.
 type LoadOptions struct {
 	// Quantize, when a quantized format, quantizes the linear weights of a
-	// float (HF) directory at load time; the embedding and the output head
-	// are stored as q8. Empty keeps floats. Ignored for lowbit directories.
+	// float (HF) directory, or the float ones of a GGUF file, at load time;
+	// the embedding and the output head are stored as q8. Empty keeps
+	// floats. Ignored for lowbit directories.
 	Quantize quantize.Format
 	// GroupSize is the group of Quantize (0: the format's default).
 	GroupSize int
@@ -164,12 +166,16 @@ type LoadOptions struct {
 
 // Load reads a model directory: a converted lowbit directory (manifest.json,
 // checked for version and checksums) or a HuggingFace directory
-// (config.json and safetensors in F32, F16 or BF16, converted to float32).
+// (config.json and safetensors in F32, F16 or BF16, converted to float32);
+// or a GGUF file, a regular file named *.gguf (gguf.go says which
+// architectures and types it may hold).
 func Load(ctx context.Context, dir string, opts LoadOptions) (*Model, error) {
 	start := time.Now()
 	var m *Model
 	var err error
-	if _, serr := os.Stat(filepath.Join(dir, manifest.FileName)); serr == nil {
+	if IsGGUF(dir) {
+		m, err = loadGGUF(ctx, dir, opts)
+	} else if _, serr := os.Stat(filepath.Join(dir, manifest.FileName)); serr == nil {
 		m, err = loadLowbit(dir)
 	} else {
 		m, err = loadHF(ctx, dir, opts)

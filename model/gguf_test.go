@@ -1,0 +1,451 @@
+package model
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"lowbit/gguf"
+	"lowbit/half"
+	"lowbit/internal/testmodels"
+)
+
+// ggufKV is one metadata entry for writeGGUF: a string, uint32, int32,
+// float32 or bool value.
+type ggufKV struct {
+	key string
+	val any
+}
+
+// ggufTensor is one tensor for writeGGUF, its data in ggml's layout.
+type ggufTensor struct {
+	name string
+	dims []uint64
+	typ  gguf.GGMLType
+	data []byte
+}
+
+// writeGGUF writes a GGUF v3 file (alignment 32) in a test's directory and
+// returns its path: just enough of a writer to build the files the loader
+// must read or refuse.
+func writeGGUF(t *testing.T, kvs []ggufKV, tensors []ggufTensor) string {
+	t.Helper()
+	le := binary.LittleEndian
+	str := func(b []byte, s string) []byte { return append(le.AppendUint64(b, uint64(len(s))), s...) }
+	b := le.AppendUint32([]byte("GGUF"), 3)
+	b = le.AppendUint64(b, uint64(len(tensors)))
+	b = le.AppendUint64(b, uint64(len(kvs)))
+	for _, kv := range kvs {
+		b = str(b, kv.key)
+		switch v := kv.val.(type) {
+		case uint32:
+			b = le.AppendUint32(le.AppendUint32(b, uint32(gguf.TypeUint32)), v)
+		case int32:
+			b = le.AppendUint32(le.AppendUint32(b, uint32(gguf.TypeInt32)), uint32(v))
+		case float32:
+			b = le.AppendUint32(le.AppendUint32(b, uint32(gguf.TypeFloat32)), math.Float32bits(v))
+		case string:
+			b = str(le.AppendUint32(b, uint32(gguf.TypeString)), v)
+		case bool:
+			b = append(le.AppendUint32(b, uint32(gguf.TypeBool)), 0)
+			if v {
+				b[len(b)-1] = 1
+			}
+		default:
+			t.Fatalf("writeGGUF: %s: %T", kv.key, kv.val)
+		}
+	}
+	align := func(n int) int { return (n + 31) / 32 * 32 }
+	var off int
+	for _, tn := range tensors {
+		b = str(b, tn.name)
+		b = le.AppendUint32(b, uint32(len(tn.dims)))
+		for _, d := range tn.dims {
+			b = le.AppendUint64(b, d)
+		}
+		b = le.AppendUint32(b, uint32(tn.typ))
+		b = le.AppendUint64(b, uint64(off))
+		off = align(off + len(tn.data))
+	}
+	for _, tn := range tensors {
+		b = append(b, make([]byte, align(len(b))-len(b))...)
+		b = append(b, tn.data...)
+	}
+	p := filepath.Join(t.TempDir(), "model.gguf")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// sharedGGUF is a file of shared/gguf, the GGUF files made by llama.cpp
+// beside shared/models; the test skips where it is absent.
+func sharedGGUF(t *testing.T, name string) string {
+	t.Helper()
+	p := filepath.Join(filepath.Dir(testmodels.Dir(t)), "gguf", name)
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("skipping: %s (GGUF made by llama.cpp beside the checkout) is not present", p)
+	}
+	return p
+}
+
+// allLogits runs tokens through a fresh CPU session and returns the logits
+// of every position.
+func allLogits(t *testing.T, m *Model, tokens []int) []float32 {
+	t.Helper()
+	s, err := m.NewSession(SessionOptions{Backend: NewCPU(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.ForwardAll(context.Background(), tokens, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Logits
+}
+
+// TestGGUFStories loads llama.cpp's F32 conversion of stories260K: the
+// configuration and every weight (q and k brought back to HF's rotary
+// layout) equal the HF directory's, and so do the logits.
+func TestGGUFStories(t *testing.T) {
+	ctx := context.Background()
+	g, err := Load(ctx, sharedGGUF(t, "stories260K-f32.gguf"), LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hf, err := Load(ctx, filepath.Dir(testmodels.Path(t, "stories260K-hf/model.safetensors")), LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprintf("%+v", g.Config) != fmt.Sprintf("%+v", hf.Config) {
+		t.Errorf("config\n%+v\nwant the HF directory's\n%+v", g.Config, hf.Config)
+	}
+	if len(g.Weights) != len(hf.Weights) {
+		t.Errorf("%d weights, want %d", len(g.Weights), len(hf.Weights))
+	}
+	for name, w := range hf.Weights {
+		gw := g.Weights[name]
+		if gw == nil || gw.Q != nil || gw.Rows != w.Rows || gw.Cols != w.Cols || !slices.Equal(gw.F32, w.F32) {
+			t.Errorf("weight %s differs from the HF directory's", name)
+		}
+	}
+	tokens := []int{1, 403, 407, 261, 378, 430, 267, 302, 318, 275, 400, 261, 291, 389, 290, 353}
+	got, want := allLogits(t, g, tokens), allLogits(t, hf, tokens)
+	if e := relL2(got, want); !(e < 1e-6) {
+		t.Errorf("logits differ from the HF directory's by %.3g (relative L2)", e)
+	}
+}
+
+// TestGGUFK256 loads llama.cpp's F16 file of a random model with an untied
+// head and runs it.
+func TestGGUFK256(t *testing.T) {
+	m, err := Load(context.Background(), sharedGGUF(t, "k256-f16.gguf"), LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := m.Config
+	if c.TieEmbeddings || c.HiddenSize != 512 || c.IntermediateSize != 1536 || c.NumKVHeads != 4 || c.VocabSize != 512 {
+		t.Errorf("config %+v", c)
+	}
+	for _, v := range allLogits(t, m, []int{1, 2, 3, 4}) {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			t.Fatalf("logit %v", v)
+		}
+	}
+}
+
+// tinyGGUF describes a one-layer llama for the hand-built files: rows of 64
+// and 96 weights, whole blocks of 32.
+const (
+	tinyHidden, tinyFFN, tinyHeads, tinyKV, tinyVocab = 64, 96, 4, 2, 40
+	tinyHeadDim                                       = tinyHidden / tinyHeads
+)
+
+// tinyKVs is the metadata of the tiny llama.
+func tinyKVs() []ggufKV {
+	return []ggufKV{
+		{"general.architecture", "llama"},
+		{"llama.embedding_length", uint32(tinyHidden)},
+		{"llama.block_count", uint32(1)},
+		{"llama.feed_forward_length", uint32(tinyFFN)},
+		{"llama.attention.head_count", uint32(tinyHeads)},
+		{"llama.attention.head_count_kv", uint32(tinyKV)},
+		{"llama.attention.layer_norm_rms_epsilon", float32(1e-5)},
+		{"llama.rope.freq_base", float32(10000)},
+		{"llama.context_length", uint32(64)},
+		{"llama.rope.dimension_count", uint32(tinyHeadDim)},
+		{"tokenizer.ggml.bos_token_id", uint32(1)},
+		{"tokenizer.ggml.eos_token_id", uint32(2)},
+	}
+}
+
+// tinyShapes lists the tiny llama's GGUF tensors and their ggml dims
+// (untied: output.weight is there).
+func tinyShapes() []ggufTensor {
+	kv := uint64(tinyKV * tinyHeadDim)
+	return []ggufTensor{
+		{name: "token_embd.weight", dims: []uint64{tinyHidden, tinyVocab}},
+		{name: "output_norm.weight", dims: []uint64{tinyHidden}},
+		{name: "output.weight", dims: []uint64{tinyHidden, tinyVocab}},
+		{name: "blk.0.attn_norm.weight", dims: []uint64{tinyHidden}},
+		{name: "blk.0.attn_q.weight", dims: []uint64{tinyHidden, tinyHidden}},
+		{name: "blk.0.attn_k.weight", dims: []uint64{tinyHidden, kv}},
+		{name: "blk.0.attn_v.weight", dims: []uint64{tinyHidden, kv}},
+		{name: "blk.0.attn_output.weight", dims: []uint64{tinyHidden, tinyHidden}},
+		{name: "blk.0.ffn_norm.weight", dims: []uint64{tinyHidden}},
+		{name: "blk.0.ffn_gate.weight", dims: []uint64{tinyHidden, tinyFFN}},
+		{name: "blk.0.ffn_up.weight", dims: []uint64{tinyHidden, tinyFFN}},
+		{name: "blk.0.ffn_down.weight", dims: []uint64{tinyFFN, tinyHidden}},
+	}
+}
+
+// randomBlocks makes n blocks of a ggml type from random codes and scales
+// (every code, Q8_0's -128 included) and returns them with the weights
+// ggml's block formulas give them.
+func randomBlocks(rng *rand.Rand, typ gguf.GGMLType, n int) ([]byte, []float32) {
+	f16 := func() half.Float16 { return half.FromFloat32(float32(rng.NormFloat64() * 0.01)) }
+	var b []byte
+	var w []float32
+	for range n {
+		d := f16()
+		b = binary.LittleEndian.AppendUint16(b, uint16(d))
+		switch typ {
+		case gguf.Q8_0:
+			for range 32 {
+				q := int8(rng.IntN(256) - 128)
+				b = append(b, byte(q))
+				w = append(w, float32(q)*d.Float32())
+			}
+		case gguf.Q4_0, gguf.Q4_1:
+			var m half.Float16
+			if typ == gguf.Q4_1 {
+				m = f16()
+				b = binary.LittleEndian.AppendUint16(b, uint16(m))
+			}
+			qs := make([]byte, 16)
+			for j := range qs {
+				qs[j] = byte(rng.IntN(256))
+			}
+			b = append(b, qs...)
+			for j := range 32 {
+				x := qs[j%16] & 15
+				if j >= 16 {
+					x = qs[j%16] >> 4
+				}
+				if typ == gguf.Q4_0 {
+					w = append(w, float32(int(x)-8)*d.Float32())
+				} else {
+					w = append(w, float32(x)*d.Float32()+m.Float32())
+				}
+			}
+		}
+	}
+	return b, w
+}
+
+// f32Bytes is w as F32 data.
+func f32Bytes(w []float32) []byte {
+	var b []byte
+	for _, x := range w {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+	}
+	return b
+}
+
+// TestGGUFQuantTypes builds a tiny llama whose matrices are Q8_0, Q4_0 or
+// Q4_1 blocks of random codes and scales, and checks that each loaded
+// weight (repacked as q8 or q4) dequantizes to exactly the values of
+// ggml's block formulas, q and k with their rows back in HF's order, and
+// that the model computes what a float model of those values does.
+func TestGGUFQuantTypes(t *testing.T) {
+	for _, typ := range []gguf.GGMLType{gguf.Q8_0, gguf.Q4_0, gguf.Q4_1} {
+		t.Run(typ.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(typ), 1))
+			tensors := tinyShapes()
+			values := map[string][]float32{} // by GGUF name, in the file's row order
+			for i := range tensors {
+				tn := &tensors[i]
+				n := 1
+				for _, d := range tn.dims {
+					n *= int(d)
+				}
+				if len(tn.dims) == 1 { // norms stay F32
+					w := make([]float32, n)
+					for j := range w {
+						w[j] = 1 + float32(rng.NormFloat64()*0.1)
+					}
+					tn.typ, tn.data, values[tn.name] = gguf.F32, f32Bytes(w), w
+					continue
+				}
+				tn.typ = typ
+				tn.data, values[tn.name] = randomBlocks(rng, typ, n/32)
+			}
+			m, err := Load(context.Background(), writeGGUF(t, tinyKVs(), tensors), LoadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			float := map[string]*Weight{}
+			for gname, name := range ggufNames(m.Config) {
+				w := m.Weights[name]
+				want := values[gname]
+				cols := w.Cols
+				// Row r of the file is row src of HF (gguf's real_test.go
+				// checks this against llama.cpp's converter).
+				src := func(r int) int { return r }
+				if heads := map[string]int{"blk.0.attn_q.weight": tinyHeads, "blk.0.attn_k.weight": tinyKV}[gname]; heads > 0 {
+					d := w.Rows / heads
+					src = func(r int) int { return r/d*d + r%2*d/2 + r%d/2 }
+				}
+				if len(want) != w.Rows*cols {
+					t.Fatalf("%s: %d values for [%d, %d]", name, len(want), w.Rows, cols)
+				}
+				hfOrder := make([]float32, len(want))
+				got := make([]float32, cols)
+				for r := range w.Rows {
+					copy(hfOrder[src(r)*cols:], want[r*cols:(r+1)*cols])
+					w.Row(src(r), got)
+					if !slices.Equal(got, want[r*cols:(r+1)*cols]) {
+						t.Fatalf("%s row %d (file row %d) = %v, want %v", name, src(r), r, got, want[r*cols:(r+1)*cols])
+					}
+				}
+				if w.Q != nil && (w.Q.GroupSize != 32 || (typ == gguf.Q8_0) != (w.Q.Format == "q8")) {
+					t.Errorf("%s is %s in groups of %d", name, w.Q.Format, w.Q.GroupSize)
+				}
+				float[name] = FloatWeight(w.Rows, cols, hfOrder)
+			}
+			ref, err := New(m.Config, float)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tokens := []int{1, 5, 9, 33, 2, 17, 39, 0}
+			if e := relL2(allLogits(t, m, tokens), allLogits(t, ref, tokens)); !(e < 1e-5) {
+				t.Errorf("logits differ from the float model's by %.3g (relative L2)", e)
+			}
+		})
+	}
+}
+
+// TestGGUFRefused checks that files lowbit cannot read as a model are
+// refused with an error naming the key, tensor or type at fault.
+func TestGGUFRefused(t *testing.T) {
+	f32 := func(tn ggufTensor) ggufTensor {
+		n := 1
+		for _, d := range tn.dims {
+			n *= int(d)
+		}
+		tn.typ, tn.data = gguf.F32, make([]byte, 4*n)
+		return tn
+	}
+	base := func() ([]ggufKV, []ggufTensor) {
+		var ts []ggufTensor
+		for _, tn := range tinyShapes() {
+			ts = append(ts, f32(tn))
+		}
+		return tinyKVs(), ts
+	}
+	without := func(kvs []ggufKV, key string) []ggufKV {
+		return slices.DeleteFunc(kvs, func(kv ggufKV) bool { return kv.key == key })
+	}
+	set := func(kvs []ggufKV, key string, v any) []ggufKV {
+		return append(without(kvs, key), ggufKV{key, v})
+	}
+	for _, c := range []struct {
+		name string
+		edit func([]ggufKV, []ggufTensor) ([]ggufKV, []ggufTensor)
+		want string
+	}{
+		{"no architecture", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			return without(k, "general.architecture"), ts
+		}, `"general.architecture"`},
+		{"other architecture", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			return set(k, "general.architecture", "mamba"), ts
+		}, `general.architecture = "mamba"`},
+		{"no block count", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			return without(k, "llama.block_count"), ts
+		}, `"llama.block_count"`},
+		{"no epsilon", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			return without(k, "llama.attention.layer_norm_rms_epsilon"), ts
+		}, `"llama.attention.layer_norm_rms_epsilon"`},
+		{"string head count", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			return set(k, "llama.attention.head_count", "four"), ts
+		}, `"llama.attention.head_count"`},
+		{"negative context", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			return set(k, "llama.context_length", int32(-1)), ts
+		}, `"llama.context_length"`},
+		{"partial rotary", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			return set(k, "llama.rope.dimension_count", uint32(8)), ts
+		}, "llama.rope.dimension_count = 8"},
+		{"heads not dividing", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			return set(k, "llama.attention.head_count_kv", uint32(3)), ts
+		}, "num_key_value_heads 3"},
+		{"yarn", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			return set(k, "llama.rope.scaling.type", "yarn"), ts
+		}, `llama.rope.scaling.type = "yarn"`},
+		{"no embedding", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			return k, ts[1:]
+		}, "token_embd.weight"},
+		{"embedding of another width", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			ts[0] = f32(ggufTensor{name: "token_embd.weight", dims: []uint64{32, tinyVocab}})
+			return k, ts
+		}, "token_embd.weight has dims [32 40]"},
+		{"missing tensor", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			return k, slices.DeleteFunc(ts, func(tn ggufTensor) bool { return tn.name == "blk.0.ffn_up.weight" })
+		}, "blk.0.ffn_up.weight (model.layers.0.mlp.up_proj.weight) is missing"},
+		{"wrong dims", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			ts[4] = f32(ggufTensor{name: "blk.0.attn_q.weight", dims: []uint64{tinyHidden, 32}})
+			return k, ts
+		}, "blk.0.attn_q.weight: tensor model.layers.0.self_attn.q_proj.weight has shape [32 64]"},
+		{"unknown tensor", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			return k, append(ts, f32(ggufTensor{name: "blk.0.attn_q.bias", dims: []uint64{tinyHidden}}))
+		}, "blk.0.attn_q.bias is not a tensor"},
+		{"layer past the count", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			return k, append(ts, f32(ggufTensor{name: "blk.1.attn_norm.weight", dims: []uint64{tinyHidden}}))
+		}, "blk.1.attn_norm.weight is not a tensor"},
+		{"llama3 rope frequencies", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			return k, append(ts, f32(ggufTensor{name: "rope_freqs.weight", dims: []uint64{tinyHeadDim / 2}}))
+		}, "rope_freqs.weight"},
+		{"Q5_0", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			ts[9] = ggufTensor{name: "blk.0.ffn_gate.weight", dims: []uint64{tinyHidden, tinyFFN}, typ: gguf.Q5_0, data: make([]byte, tinyHidden*tinyFFN/32*22)}
+			return k, ts
+		}, "blk.0.ffn_gate.weight: ggml type Q5_0 is not supported yet"},
+		{"quantized norm", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			ts[1] = ggufTensor{name: "output_norm.weight", dims: []uint64{tinyHidden}, typ: gguf.Q8_0, data: make([]byte, 2*34)}
+			return k, ts
+		}, "norm model.norm.weight must be float"},
+		{"infinite scale", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			data := make([]byte, tinyHidden*tinyFFN/32*34)
+			binary.LittleEndian.PutUint16(data[34*5:], 0x7c00)
+			ts[10] = ggufTensor{name: "blk.0.ffn_up.weight", dims: []uint64{tinyHidden, tinyFFN}, typ: gguf.Q8_0, data: data}
+			return k, ts
+		}, "blk.0.ffn_up.weight: block 5 (row 2) has the scale +Inf"},
+		{"Q4_0 minimum past f16", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			data := make([]byte, tinyHidden*tinyFFN/32*18)
+			binary.LittleEndian.PutUint16(data[18*3:], uint16(half.FromFloat32(10000)))
+			ts[10] = ggufTensor{name: "blk.0.ffn_up.weight", dims: []uint64{tinyHidden, tinyFFN}, typ: gguf.Q4_0, data: data}
+			return k, ts
+		}, "blk.0.ffn_up.weight: block 3 (row 1): the scale 10000 makes the minimum -80000"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			kvs, ts := c.edit(base())
+			_, err := Load(context.Background(), writeGGUF(t, kvs, ts), LoadOptions{})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one saying %q", err, c.want)
+			}
+		})
+	}
+}
+
+// TestGGUFUnpermuteRows checks the inverse permutation on one head of 8:
+// HF's rows 0-3 rotate with 4-7, ggml's pairs (0,1), (2,3)... do.
+func TestGGUFUnpermuteRows(t *testing.T) {
+	if got, want := unpermuteRows(16, 2), []int{0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15}; !slices.Equal(got, want) {
+		t.Errorf("unpermuteRows(16, 2) = %v, want %v", got, want)
+	}
+}
