@@ -33,7 +33,8 @@ func IsGGUF(path string) bool {
 	return strings.HasSuffix(strings.ToLower(path), ".gguf") && isRegular(path)
 }
 
-// loadGGUF reads a GGUF file of an architecture ggufConfig knows.
+// loadGGUF reads a GGUF file of an architecture ggufConfig knows (llama,
+// qwen2).
 func loadGGUF(ctx context.Context, path string, opts LoadOptions) (*Model, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
@@ -92,6 +93,9 @@ func fromGGUF(ctx context.Context, f *gguf.File) (*Model, error) {
 			return nil, fmt.Errorf("gguf tensor %s: %w", gname, err)
 		}
 		switch {
+		case cfg.Arch != "llama":
+			// Only llama's q and k are permuted: llama.cpp rotates
+			// qwen2's in HF's layout (its NEOX rope).
 		case strings.HasSuffix(name, "self_attn.q_proj.weight"):
 			w = w.gather(unpermuteRows(rows, cfg.NumHeads))
 		case strings.HasSuffix(name, "self_attn.k_proj.weight"):
@@ -102,17 +106,23 @@ func fromGGUF(ctx context.Context, f *gguf.File) (*Model, error) {
 	return New(cfg, weights)
 }
 
-// ggufConfig reads the configuration from the metadata of a llama GGUF
-// file. Errors name the key at fault.
+// ggufConfig reads the configuration from the metadata of a llama or qwen2
+// GGUF file. Errors name the key at fault.
 func ggufConfig(f *gguf.File) (Config, error) {
 	arch, err := f.String("general.architecture")
 	if err != nil {
 		return Config{}, err
 	}
-	if arch != "llama" {
-		return Config{}, fmt.Errorf("gguf key general.architecture = %q: only llama is supported yet", arch)
+	var c Config
+	switch arch {
+	case "llama":
+		c = Config{Arch: "llama", HFArchitecture: "LlamaForCausalLM", Activation: "silu"}
+	case "qwen2":
+		// llama.cpp's qwen2 has no sliding window: neither has the file.
+		c = Config{Arch: "qwen2", HFArchitecture: "Qwen2ForCausalLM", Activation: "silu", QKVBias: true}
+	default:
+		return Config{}, fmt.Errorf("gguf key general.architecture = %q: only llama and qwen2 are supported yet", arch)
 	}
-	c := Config{Arch: "llama", HFArchitecture: "LlamaForCausalLM", Activation: "silu"}
 	for _, k := range []struct {
 		key string
 		dst *int
@@ -264,6 +274,11 @@ func ggufNames(c Config) map[string]string {
 	for l := range c.NumLayers {
 		for _, p := range parts {
 			names[fmt.Sprintf("blk.%d.%s.weight", l, p.gguf)] = fmt.Sprintf("model.layers.%d.%s.weight", l, p.hf)
+		}
+		if c.QKVBias {
+			for _, p := range parts[1:4] {
+				names[fmt.Sprintf("blk.%d.%s.bias", l, p.gguf)] = fmt.Sprintf("model.layers.%d.%s.bias", l, p.hf)
+			}
 		}
 	}
 	return names

@@ -14,6 +14,7 @@ import (
 
 	"lowbit/gguf"
 	"lowbit/half"
+	"lowbit/internal/fixture"
 	"lowbit/internal/testmodels"
 )
 
@@ -447,5 +448,86 @@ func TestGGUFRefused(t *testing.T) {
 func TestGGUFUnpermuteRows(t *testing.T) {
 	if got, want := unpermuteRows(16, 2), []int{0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15}; !slices.Equal(got, want) {
 		t.Errorf("unpermuteRows(16, 2) = %v, want %v", got, want)
+	}
+}
+
+// ggufOf writes m as a GGUF file the way llama.cpp's converter does (F32,
+// the rows of llama's q and k permuted to ggml's rotary layout) and
+// returns its path.
+func ggufOf(t *testing.T, m *Model) string {
+	t.Helper()
+	c := m.Config
+	a := c.Arch
+	kvs := []ggufKV{
+		{"general.architecture", a},
+		{a + ".embedding_length", uint32(c.HiddenSize)},
+		{a + ".block_count", uint32(c.NumLayers)},
+		{a + ".feed_forward_length", uint32(c.IntermediateSize)},
+		{a + ".attention.head_count", uint32(c.NumHeads)},
+		{a + ".attention.head_count_kv", uint32(c.NumKVHeads)},
+		{a + ".attention.key_length", uint32(c.HeadDim)},
+		{a + ".attention.layer_norm_rms_epsilon", float32(c.RMSNormEps)},
+		{a + ".rope.freq_base", float32(c.RopeTheta)},
+		{a + ".rope.dimension_count", uint32(c.HeadDim)},
+		{a + ".context_length", uint32(c.MaxPositions)},
+		{"tokenizer.ggml.bos_token_id", uint32(c.BOS)},
+		{"tokenizer.ggml.eos_token_id", uint32(c.EOS[0])},
+	}
+	var tensors []ggufTensor
+	for gname, name := range ggufNames(c) {
+		w := m.Weights[name]
+		data := slices.Clone(w.F32)
+		heads := 0
+		if a == "llama" && strings.HasSuffix(name, "q_proj.weight") {
+			heads = c.NumHeads
+		} else if a == "llama" && strings.HasSuffix(name, "k_proj.weight") {
+			heads = c.NumKVHeads
+		}
+		if heads > 0 { // file row h*d + 2i + j is HF row h*d + j*d/2 + i
+			d := w.Rows / heads
+			for r := range w.Rows {
+				src := r/d*d + r%2*d/2 + r%d/2
+				copy(data[r*w.Cols:], w.F32[src*w.Cols:(src+1)*w.Cols])
+			}
+		}
+		dims := []uint64{uint64(w.Cols), uint64(w.Rows)}
+		if len(c.TensorShape(name)) == 1 {
+			dims = dims[:1]
+		}
+		tensors = append(tensors, ggufTensor{name: gname, dims: dims, typ: gguf.F32, data: f32Bytes(data)})
+	}
+	slices.SortFunc(tensors, func(x, y ggufTensor) int { return strings.Compare(x.name, y.name) })
+	return writeGGUF(t, kvs, tensors)
+}
+
+// TestGGUFFixtures writes small llama and qwen2 models as GGUF and checks
+// that they load with the configuration and logits of their HF
+// directories (qwen2's without its sliding windows, which GGUF does not
+// carry).
+func TestGGUFFixtures(t *testing.T) {
+	ctx := context.Background()
+	qwen2 := fixture.Llama()
+	qwen2.Arch = "Qwen2ForCausalLM"
+	tied := fixture.Llama()
+	tied.Tied = true
+	for _, spec := range []fixture.Spec{fixture.Llama(), tied, qwen2} {
+		t.Run(fmt.Sprintf("%s tied=%v", spec.Arch, spec.Tied), func(t *testing.T) {
+			hf, err := Load(ctx, writeFixture(t, spec), LoadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			hf.Config.LayerWindows, hf.Config.SlidingWindow = nil, 0
+			g, err := Load(ctx, ggufOf(t, hf), LoadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprintf("%+v", g.Config) != fmt.Sprintf("%+v", hf.Config) {
+				t.Errorf("config\n%+v\nwant\n%+v", g.Config, hf.Config)
+			}
+			tokens := []int{1, 7, 50, 3, 95, 12, 40, 2, 66}
+			if e := relL2(allLogits(t, g, tokens), allLogits(t, hf, tokens)); e != 0 {
+				t.Errorf("logits differ from the HF directory's by %.3g (relative L2)", e)
+			}
+		})
 	}
 }
