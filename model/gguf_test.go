@@ -1,6 +1,7 @@
 package model
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -38,6 +39,19 @@ type ggufTensor struct {
 // must read or refuse.
 func writeGGUF(t *testing.T, kvs []ggufKV, tensors []ggufTensor) string {
 	t.Helper()
+	b, err := ggufBytes(kvs, tensors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "model.gguf")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// ggufBytes is the file writeGGUF writes.
+func ggufBytes(kvs []ggufKV, tensors []ggufTensor) ([]byte, error) {
 	le := binary.LittleEndian
 	str := func(b []byte, s string) []byte { return append(le.AppendUint64(b, uint64(len(s))), s...) }
 	b := le.AppendUint32([]byte("GGUF"), 3)
@@ -60,7 +74,7 @@ func writeGGUF(t *testing.T, kvs []ggufKV, tensors []ggufTensor) string {
 				b[len(b)-1] = 1
 			}
 		default:
-			t.Fatalf("writeGGUF: %s: %T", kv.key, kv.val)
+			return nil, fmt.Errorf("writeGGUF: %s: %T", kv.key, kv.val)
 		}
 	}
 	align := func(n int) int { return (n + 31) / 32 * 32 }
@@ -79,11 +93,7 @@ func writeGGUF(t *testing.T, kvs []ggufKV, tensors []ggufTensor) string {
 		b = append(b, make([]byte, align(len(b))-len(b))...)
 		b = append(b, tn.data...)
 	}
-	p := filepath.Join(t.TempDir(), "model.gguf")
-	if err := os.WriteFile(p, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return b, nil
 }
 
 // sharedGGUF is a file of shared/gguf, the GGUF files made by llama.cpp
@@ -530,4 +540,42 @@ func TestGGUFFixtures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzGGUFModel feeds mutated GGUF files to the loader: whatever the
+// reader accepts, building a model from it ends in a model or an error,
+// never a panic.
+func FuzzGGUFModel(f *testing.F) {
+	for _, typ := range []gguf.GGMLType{gguf.F32, gguf.Q8_0, gguf.Q4_0, gguf.Q4_1} {
+		rng := rand.New(rand.NewPCG(uint64(typ), 2))
+		tensors := tinyShapes()
+		for i := range tensors {
+			tn := &tensors[i]
+			n := 1
+			for _, d := range tn.dims {
+				n *= int(d)
+			}
+			if len(tn.dims) == 1 || typ == gguf.F32 {
+				tn.typ, tn.data = gguf.F32, f32Bytes(make([]float32, n))
+				continue
+			}
+			tn.typ = typ
+			tn.data, _ = randomBlocks(rng, typ, n/32)
+		}
+		b, err := ggufBytes(tinyKVs(), tensors)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		file, err := gguf.Read(bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			return
+		}
+		m, err := fromGGUF(context.Background(), file)
+		if err == nil && m == nil {
+			t.Fatal("no model and no error")
+		}
+	})
 }
