@@ -16,6 +16,7 @@ import (
 	"lowbit/gguf"
 	"lowbit/half"
 	"lowbit/internal/fixture"
+	"lowbit/internal/ggufwrite"
 	"lowbit/internal/testmodels"
 )
 
@@ -52,48 +53,15 @@ func writeGGUF(t *testing.T, kvs []ggufKV, tensors []ggufTensor) string {
 
 // ggufBytes is the file writeGGUF writes.
 func ggufBytes(kvs []ggufKV, tensors []ggufTensor) ([]byte, error) {
-	le := binary.LittleEndian
-	str := func(b []byte, s string) []byte { return append(le.AppendUint64(b, uint64(len(s))), s...) }
-	b := le.AppendUint32([]byte("GGUF"), 3)
-	b = le.AppendUint64(b, uint64(len(tensors)))
-	b = le.AppendUint64(b, uint64(len(kvs)))
+	var wkv []ggufwrite.KV
 	for _, kv := range kvs {
-		b = str(b, kv.key)
-		switch v := kv.val.(type) {
-		case uint32:
-			b = le.AppendUint32(le.AppendUint32(b, uint32(gguf.TypeUint32)), v)
-		case int32:
-			b = le.AppendUint32(le.AppendUint32(b, uint32(gguf.TypeInt32)), uint32(v))
-		case float32:
-			b = le.AppendUint32(le.AppendUint32(b, uint32(gguf.TypeFloat32)), math.Float32bits(v))
-		case string:
-			b = str(le.AppendUint32(b, uint32(gguf.TypeString)), v)
-		case bool:
-			b = append(le.AppendUint32(b, uint32(gguf.TypeBool)), 0)
-			if v {
-				b[len(b)-1] = 1
-			}
-		default:
-			return nil, fmt.Errorf("writeGGUF: %s: %T", kv.key, kv.val)
-		}
+		wkv = append(wkv, ggufwrite.KV{Key: kv.key, Val: kv.val})
 	}
-	align := func(n int) int { return (n + 31) / 32 * 32 }
-	var off int
+	var wt []ggufwrite.Tensor
 	for _, tn := range tensors {
-		b = str(b, tn.name)
-		b = le.AppendUint32(b, uint32(len(tn.dims)))
-		for _, d := range tn.dims {
-			b = le.AppendUint64(b, d)
-		}
-		b = le.AppendUint32(b, uint32(tn.typ))
-		b = le.AppendUint64(b, uint64(off))
-		off = align(off + len(tn.data))
+		wt = append(wt, ggufwrite.Tensor{Name: tn.name, Dims: tn.dims, Type: uint32(tn.typ), Data: tn.data})
 	}
-	for _, tn := range tensors {
-		b = append(b, make([]byte, align(len(b))-len(b))...)
-		b = append(b, tn.data...)
-	}
-	return b, nil
+	return ggufwrite.Bytes(wkv, wt)
 }
 
 // sharedGGUF is a file of shared/gguf, the GGUF files made by llama.cpp
