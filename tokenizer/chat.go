@@ -104,8 +104,12 @@ func (l TemplateLimits) limits(msgs []Message) exec.Limits {
 
 // LoadChatTemplate reads the chat template of the model in dir: chat_template.jinja if
 // present, else tokenizer_config.json's chat_template. It returns nil, nil when the model
-// has none, and an error when the template does not parse.
+// has none, and an error when the template does not parse. A GGUF file (a path ending
+// in .gguf) in place of dir gives its tokenizer.chat_template.
 func LoadChatTemplate(dir string) (*ChatTemplate, error) {
+	if isGGUFPath(dir) {
+		return ggufChatTemplate(dir)
+	}
 	cfg, err := readTokenizerConfig(dir)
 	if err != nil {
 		return nil, err

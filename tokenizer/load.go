@@ -14,8 +14,12 @@ import (
 // tokenizer.model (SentencePiece, or Llama 3's tiktoken file), else vocab.json with
 // merges.txt. BOS, EOS, the end-of-generation ids and add_bos come from
 // tokenizer_config.json, special_tokens_map.json and generation_config.json when they
-// say so, else from the tokenizer itself.
+// say so, else from the tokenizer itself. A GGUF file (a path ending in .gguf) in
+// place of dir is read by LoadGGUF.
 func Load(dir string) (Tokenizer, error) {
+	if isGGUFPath(dir) {
+		return loadGGUFPath(dir)
+	}
 	cfg, err := readTokenizerConfig(dir)
 	if err != nil {
 		return nil, err

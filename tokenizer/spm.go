@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -212,16 +213,40 @@ func parseSentencePiece(b []byte) (*spModel, error) {
 	if m.wsSuffix {
 		return nil, errors.New("trainer_spec.treat_whitespace_as_suffix is not supported")
 	}
+	if err := m.indexPieces(); err != nil {
+		return nil, err
+	}
+	if m.unkID < 0 {
+		return nil, errors.New("no unknown piece")
+	}
+	if unkID != m.unkID {
+		return nil, fmt.Errorf("trainer_spec.unk_id %d is not the unknown piece (%d)", unkID, m.unkID)
+	}
+	if err := m.finishPieces(); err != nil {
+		return nil, err
+	}
+	m.bos, m.eos = m.controlID(bosID), m.controlID(eosID)
+	m.addBOS = m.bos >= 0
+	if m.eos >= 0 {
+		m.eosIDs = []int{m.eos}
+	}
+	return m, nil
+}
+
+// indexPieces builds the lookup tables of m.pieces: pieces by text (normal,
+// user-defined and unused apart from the reserved ones), the user-defined symbols,
+// the byte pieces, and the first unknown piece as m.unkID (-1 if none).
+func (m *spModel) indexPieces() error {
 	for i := range m.byteIDs {
 		m.byteIDs[i] = -1
 	}
 	m.unkID = -1
 	for id, p := range m.pieces {
 		if p.text == "" {
-			return nil, fmt.Errorf("piece %d is empty", id)
+			return fmt.Errorf("piece %d is empty", id)
 		}
 		if !utf8.ValidString(p.text) {
-			return nil, fmt.Errorf("piece %d is not valid UTF-8", id)
+			return fmt.Errorf("piece %d is not valid UTF-8", id)
 		}
 		switch p.typ {
 		case spNormal, spUserDefined, spUnused:
@@ -241,36 +266,31 @@ func parseSentencePiece(b []byte) (*spModel, error) {
 			if p.typ == spByte {
 				v, ok := parseBytePiece(p.text)
 				if !ok {
-					return nil, fmt.Errorf("piece %d: byte piece %q is not <0xXX>", id, p.text)
+					return fmt.Errorf("piece %d: byte piece %q is not <0xXX>", id, p.text)
 				}
 				m.byteIDs[v] = id
 			}
 		default:
-			return nil, fmt.Errorf("piece %d %q: unknown type %d", id, p.text, p.typ)
+			return fmt.Errorf("piece %d %q: unknown type %d", id, p.text, p.typ)
 		}
 	}
-	if m.unkID < 0 {
-		return nil, errors.New("no unknown piece")
-	}
-	if unkID != m.unkID {
-		return nil, fmt.Errorf("trainer_spec.unk_id %d is not the unknown piece (%d)", unkID, m.unkID)
-	}
+	return nil
+}
+
+// finishPieces checks that byte fallback has every byte piece and derives what
+// encoding needs from the tables indexPieces built.
+func (m *spModel) finishPieces() error {
 	if m.byteFallbck {
 		for v, id := range m.byteIDs {
 			if id < 0 {
-				return nil, fmt.Errorf("byte_fallback is on but piece <0x%02X> is missing", v)
+				return fmt.Errorf("byte_fallback is on but piece <0x%02X> is missing", v)
 			}
 		}
 	}
 	m.multiRunes = multiRuneSet(m.ids)
 	// Longest first, so the prefix match picks the longest user-defined symbol.
 	sortByLenDesc(m.userDefined)
-	m.bos, m.eos = m.controlID(bosID), m.controlID(eosID)
-	m.addBOS = m.bos >= 0
-	if m.eos >= 0 {
-		m.eosIDs = []int{m.eos}
-	}
-	return m, nil
+	return nil
 }
 
 // controlID returns id when it names a piece (the spec's bos/eos ids), else -1.
@@ -290,12 +310,9 @@ func parseBytePiece(s string) (byte, bool) {
 	return byte(v), err == nil
 }
 
+// sortByLenDesc sorts s longest first, keeping the order of strings of one length.
 func sortByLenDesc(s []string) {
-	for i := 1; i < len(s); i++ { // insertion sort: few symbols, stable
-		for j := i; j > 0 && len(s[j]) > len(s[j-1]); j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
+	slices.SortStableFunc(s, func(a, b string) int { return len(b) - len(a) })
 }
 
 // normalize applies the identity normalizer: whitespace handling and escaping as
