@@ -10,7 +10,9 @@ import (
 // modelArgHelp is how run, validate, bench and show find their model
 // argument (resolveModelDir does it).
 const modelArgHelp = `A model argument is found by trying, in order:
-  1. an existing path: a lowbit model directory, or a HuggingFace one (F32, F16, BF16)
+  1. an existing path: a lowbit model directory, or a HuggingFace one (F32, F16, BF16),
+     or (run, bench, serve) a .gguf file of a llama or qwen2 model (F32, F16, BF16,
+     Q8_0, Q4_0, Q4_1)
   2. a converted model in the store by name: $LOWBIT_HOME/models/<name> (lowbit list)
   3. a built-in alias: demo is built into lowbit; the others (lowbit convert --list-models)
      come through the HF cache

@@ -341,7 +341,8 @@ func isTerminal(w any) bool {
 }
 
 // resolveModelDir finds a model argument's directory, trying in turn (as
-// modelArgHelp tells users): an existing path, a converted model in the store
+// modelArgHelp tells users): an existing path (a directory, or a GGUF file,
+// returned as it is), a converted model in the store
 // by name, a built-in alias (the demo is embedded; the others come through
 // the HF cache), a Hub repo id. Its error says what was tried.
 func resolveModelDir(ctx context.Context, name, revision string, offline bool, progress, notices io.Writer) (string, error) {
@@ -353,7 +354,10 @@ func resolveModelDir(ctx context.Context, name, revision string, offline bool, p
 	}
 	if st, err := os.Stat(name); err == nil {
 		if !st.IsDir() {
-			return "", fmt.Errorf("%s is a file; want a model directory", name)
+			if model.IsGGUF(name) {
+				return local(name) // model.Load and tokenizer.Load read it whole
+			}
+			return "", fmt.Errorf("%s is a file; want a model directory or a .gguf file", name)
 		}
 		return local(name)
 	}

@@ -338,3 +338,35 @@ func TestFamiliesEndToEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestRunGGUF runs llama.cpp's F32 conversion of stories260K: its greedy
+// completion is the HF directory's, token for token, read with the tokenizer
+// the GGUF file holds; validate and show refuse the file by its kind.
+func TestRunGGUF(t *testing.T) {
+	dir := testmodels.Path(t, "stories260K-hf")
+	file := filepath.Join(filepath.Dir(testmodels.Dir(t)), "gguf", "stories260K-f32.gguf")
+	if _, err := os.Stat(file); err != nil {
+		t.Skipf("skipping: %s (GGUF made by llama.cpp beside the checkout) is not present", file)
+	}
+	run := func(model string) runJSON {
+		out, _, err := runIn(t, "", "run", model, "Once upon a time", "-n", "16", "--temp", "0", "--device", "cpu", "--json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res runJSON
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("--json output %q: %v", out, err)
+		}
+		return res
+	}
+	g, hf := run(file), run(dir)
+	if g.Text != hf.Text || g.Stop != hf.Stop || g.Stats.PromptTokens != hf.Stats.PromptTokens || g.Stats.GenTokens != hf.Stats.GenTokens || g.Stats.GenTokens != 16 {
+		t.Errorf("gguf: %q (stop %s, %d prompt + %d generated tokens); hf: %q (stop %s, %d + %d)",
+			g.Text, g.Stop, g.Stats.PromptTokens, g.Stats.GenTokens, hf.Text, hf.Stop, hf.Stats.PromptTokens, hf.Stats.GenTokens)
+	}
+	for _, cmd := range []string{"validate", "show"} {
+		if _, _, err := runIn(t, "", cmd, file); err == nil || !strings.Contains(err.Error(), "is a GGUF file") {
+			t.Errorf("%s %s: %v", cmd, file, err)
+		}
+	}
+}

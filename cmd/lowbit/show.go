@@ -68,6 +68,9 @@ divergence, top-1 agreement, perplexity ratio, what was not checked) and its sou
 			if err != nil {
 				return err
 			}
+			if model.IsGGUF(dir) {
+				return fmt.Errorf("%s is a GGUF file: show describes model directories only (lowbit run and bench read GGUF)", dir)
+			}
 			models, _ := store.FromEnv() // only labels the demo source
 			res, err := describeModel(args[0], dir, models)
 			if err != nil {

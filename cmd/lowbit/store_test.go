@@ -221,6 +221,7 @@ func TestResolveModel(t *testing.T) {
 		{name: "an alias through the HF cache", arg: "tinyllama", want: func(string) string { return snaps["TinyLlama/TinyLlama-1.1B-Chat-v1.0"] }},
 		{name: "a repo id through the HF cache", arg: "org/tiny", want: func(string) string { return snaps["org/tiny"] }},
 		{name: "a file", arg: "f", cwdFile: "f", wantErr: "f is a file"},
+		{name: "a GGUF file", arg: "m.gguf", cwdFile: "m.gguf", storeDirs: []string{"m.gguf"}, want: func(string) string { return "m.gguf" }},
 		{name: "nothing by that name", arg: "nosuch", wantErr: "nosuch: no model found: tried a path (no such directory), the store (none by that name in "},
 		{name: "a repo not cached", arg: "org/absent", wantErr: "tried a path (no such directory), the store (none by that name in "},
 	}

@@ -83,6 +83,9 @@ when a check fails.`,
 				if err != nil {
 					return err
 				}
+				if model.IsGGUF(dir) {
+					return fmt.Errorf("%s is a GGUF file: validate reads lowbit model directories only (lowbit run and bench read GGUF)", dir)
+				}
 				m, ref, err := validate.ModelDir(ctx, dir, validate.DirOptions{
 					Reference: reference, CacheDir: hub.OptionsFromEnv().CacheDir, Text: text, MaxTokens: maxTokens,
 					Backend: func() (model.Backend, error) {
