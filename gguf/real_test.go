@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -14,18 +13,6 @@ import (
 	"lowbit/internal/testmodels"
 	"lowbit/safetensors"
 )
-
-// sharedGGUF is the path of a file in shared/gguf, the GGUF files made by
-// llama.cpp's own converter that sit beside shared/models; the test is
-// skipped, saying so, where they are absent.
-func sharedGGUF(t *testing.T, name string) string {
-	t.Helper()
-	p := filepath.Join(filepath.Dir(testmodels.Dir(t)), "gguf", name)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("skipping: %s (GGUF made by llama.cpp beside the checkout) is not present", p)
-	}
-	return p
-}
 
 // checkMeta compares metadata with what it should hold.
 func checkMeta(t *testing.T, f *File, strs map[string]string, uints map[string]uint64) {
@@ -59,7 +46,7 @@ func checkLayout(t *testing.T, f *File) {
 }
 
 func TestRealStories(t *testing.T) {
-	f, err := Open(sharedGGUF(t, "stories260K-f32.gguf"))
+	f, err := Open(testmodels.GGUF(t, "stories260K-f32.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +147,7 @@ func TestRealStories(t *testing.T) {
 }
 
 func TestRealK256(t *testing.T) {
-	f, err := Open(sharedGGUF(t, "k256-f16.gguf"))
+	f, err := Open(testmodels.GGUF(t, "k256-f16.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,17 +64,6 @@ func ggufBytes(kvs []ggufKV, tensors []ggufTensor) ([]byte, error) {
 	return ggufwrite.Bytes(wkv, wt)
 }
 
-// sharedGGUF is a file of shared/gguf, the GGUF files made by llama.cpp
-// beside shared/models; the test skips where it is absent.
-func sharedGGUF(t *testing.T, name string) string {
-	t.Helper()
-	p := filepath.Join(filepath.Dir(testmodels.Dir(t)), "gguf", name)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("skipping: %s (GGUF made by llama.cpp beside the checkout) is not present", p)
-	}
-	return p
-}
-
 // allLogits runs tokens through a fresh CPU session and returns the logits
 // of every position.
 func allLogits(t *testing.T, m *Model, tokens []int) []float32 {
@@ -95,7 +84,7 @@ func allLogits(t *testing.T, m *Model, tokens []int) []float32 {
 // layout) equal the HF directory's, and so do the logits.
 func TestGGUFStories(t *testing.T) {
 	ctx := context.Background()
-	g, err := Load(ctx, sharedGGUF(t, "stories260K-f32.gguf"), LoadOptions{})
+	g, err := Load(ctx, testmodels.GGUF(t, "stories260K-f32.gguf"), LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +114,7 @@ func TestGGUFStories(t *testing.T) {
 // TestGGUFK256 loads llama.cpp's F16 file of a random model with an untied
 // head and runs it.
 func TestGGUFK256(t *testing.T) {
-	m, err := Load(context.Background(), sharedGGUF(t, "k256-f16.gguf"), LoadOptions{})
+	m, err := Load(context.Background(), testmodels.GGUF(t, "k256-f16.gguf"), LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,17 +15,6 @@ import (
 	"lowbit/internal/testmodels"
 )
 
-// sharedGGUF returns a file of shared/gguf (GGUF files made by llama.cpp's
-// converter), skipping t where it is absent.
-func sharedGGUF(t *testing.T, name string) string {
-	t.Helper()
-	p := filepath.Join(filepath.Dir(testmodels.Dir(t)), "gguf", name)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("skipping: %s (GGUF made by llama.cpp beside the checkout) is not present", p)
-	}
-	return p
-}
-
 // TestGGUFLlamaCppVocabs encodes llama.cpp's tokenizer test strings with the
 // vocabulary-only GGUF files of llama.cpp's tests and wants the ids of its
 // .out files (what llama.cpp's test-tokenizer-0 checks).
@@ -53,7 +42,7 @@ func TestGGUFLlamaCppVocabs(t *testing.T) {
 // llama.cpp never does for a SentencePiece vocabulary; there the GGUF
 // tokenizer keeps every space (Decode gives the text back).
 func TestGGUFStoriesTokenizer(t *testing.T) {
-	g, err := Load(sharedGGUF(t, "stories260K-f32.gguf"))
+	g, err := Load(testmodels.GGUF(t, "stories260K-f32.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,3 +38,15 @@ func Path(t testing.TB, rel string) string {
 	}
 	return p
 }
+
+// GGUF returns the path of a file in shared/gguf (GGUF files made by
+// llama.cpp's own tools, beside shared/models), skipping t where it is
+// absent.
+func GGUF(t testing.TB, name string) string {
+	t.Helper()
+	p := filepath.Join(filepath.Dir(Dir(t)), "gguf", name)
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("skipping: %s (GGUF made by llama.cpp beside the checkout) is not present", p)
+	}
+	return p
+}
