@@ -24,8 +24,10 @@ import (
 	"io"
 	"math"
 	"math/bits"
+	"os"
 	"slices"
 	"sort"
+	"strings"
 
 	"lowbit/internal/safefile"
 )
@@ -123,6 +125,17 @@ type File struct {
 	kv         map[string]Value
 	tensors    []TensorInfo
 	byName     map[string]int
+}
+
+// IsFile says whether path names a GGUF file rather than a model directory:
+// a regular file (links followed) whose name ends in .gguf. Model and
+// tokenizer loaders ask it to tell the two apart.
+func IsFile(path string) bool {
+	if !strings.HasSuffix(strings.ToLower(path), ".gguf") {
+		return false
+	}
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular()
 }
 
 // Open reads the header, metadata and tensor directory of the GGUF file at

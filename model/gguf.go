@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 
@@ -26,12 +25,6 @@ import (
 // ggufGroup is the block of ggml's Q8_0, Q4_0 and Q4_1: 32 weights share a
 // scale (and a minimum), as in lowbit's q8 and q4 at group 32.
 const ggufGroup = 32
-
-// IsGGUF says whether path names a GGUF file rather than a model directory:
-// a regular file whose name ends in .gguf.
-func IsGGUF(path string) bool {
-	return strings.HasSuffix(strings.ToLower(path), ".gguf") && isRegular(path)
-}
 
 // loadGGUF reads a GGUF file of an architecture ggufConfig knows (llama,
 // qwen2).
@@ -385,9 +378,3 @@ func ggufQuant(t gguf.GGMLType, b []byte, rows, cols int) (*quantize.Tensor, err
 
 // finite says whether an f16 is neither infinite nor NaN.
 func finite(h half.Float16) bool { return h&0x7c00 != 0x7c00 }
-
-// isRegular says whether path is a regular file (following links).
-func isRegular(path string) bool {
-	st, err := os.Stat(path)
-	return err == nil && st.Mode().IsRegular()
-}

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"lowbit/gguf"
 	"lowbit/internal/safefile"
 	"lowbit/manifest"
 	"lowbit/quantize"
@@ -173,7 +174,7 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Model, error) {
 	start := time.Now()
 	var m *Model
 	var err error
-	if IsGGUF(dir) {
+	if gguf.IsFile(dir) {
 		m, err = loadGGUF(ctx, dir, opts)
 	} else if _, serr := os.Stat(filepath.Join(dir, manifest.FileName)); serr == nil {
 		m, err = loadLowbit(dir)

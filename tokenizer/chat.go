@@ -18,6 +18,7 @@ import (
 	"github.com/nikolalohinski/gonja/v2/loaders"
 	"github.com/nikolalohinski/gonja/v2/parser"
 
+	"lowbit/gguf"
 	"lowbit/internal/safefile"
 )
 
@@ -107,7 +108,7 @@ func (l TemplateLimits) limits(msgs []Message) exec.Limits {
 // has none, and an error when the template does not parse. A GGUF file (a path ending
 // in .gguf) in place of dir gives its tokenizer.chat_template.
 func LoadChatTemplate(dir string) (*ChatTemplate, error) {
-	if isGGUFPath(dir) {
+	if gguf.IsFile(dir) {
 		return ggufChatTemplate(dir)
 	}
 	cfg, err := readTokenizerConfig(dir)

@@ -3,7 +3,6 @@ package tokenizer
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"lowbit/gguf"
@@ -52,16 +51,6 @@ func LoadGGUF(f *gguf.File) (Tokenizer, error) {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	return t, nil
-}
-
-// isGGUFPath says whether path names a GGUF file (a regular file named
-// *.gguf), which Load and LoadChatTemplate read in place of a model directory.
-func isGGUFPath(path string) bool {
-	if !strings.HasSuffix(strings.ToLower(path), ".gguf") {
-		return false
-	}
-	st, err := os.Stat(path)
-	return err == nil && st.Mode().IsRegular()
 }
 
 // loadGGUFPath is LoadGGUF of the file at path.

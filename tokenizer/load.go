@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"lowbit/gguf"
 	"lowbit/internal/safefile"
 )
 
@@ -17,7 +18,7 @@ import (
 // say so, else from the tokenizer itself. A GGUF file (a path ending in .gguf) in
 // place of dir is read by LoadGGUF.
 func Load(dir string) (Tokenizer, error) {
-	if isGGUFPath(dir) {
+	if gguf.IsFile(dir) {
 		return loadGGUFPath(dir)
 	}
 	cfg, err := readTokenizerConfig(dir)

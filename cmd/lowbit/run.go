@@ -15,6 +15,7 @@ import (
 
 	"lowbit/chat"
 	"lowbit/convert"
+	"lowbit/gguf"
 	"lowbit/model"
 	"lowbit/store"
 	"lowbit/tokenizer"
@@ -354,7 +355,7 @@ func resolveModelDir(ctx context.Context, name, revision string, offline bool, p
 	}
 	if st, err := os.Stat(name); err == nil {
 		if !st.IsDir() {
-			if model.IsGGUF(name) {
+			if gguf.IsFile(name) {
 				return local(name) // model.Load and tokenizer.Load read it whole
 			}
 			return "", fmt.Errorf("%s is a file; want a model directory or a .gguf file", name)

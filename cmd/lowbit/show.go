@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"lowbit/gguf"
 	"lowbit/manifest"
 	"lowbit/model"
 	"lowbit/store"
@@ -68,7 +69,7 @@ divergence, top-1 agreement, perplexity ratio, what was not checked) and its sou
 			if err != nil {
 				return err
 			}
-			if model.IsGGUF(dir) {
+			if gguf.IsFile(dir) {
 				return fmt.Errorf("%s is a GGUF file: show describes model directories only (lowbit run and bench read GGUF)", dir)
 			}
 			models, _ := store.FromEnv() // only labels the demo source

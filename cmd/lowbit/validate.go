@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"lowbit/gguf"
 	"lowbit/hub"
 	"lowbit/internal/atomicfile"
 	"lowbit/internal/safefile"
@@ -83,7 +84,7 @@ when a check fails.`,
 				if err != nil {
 					return err
 				}
-				if model.IsGGUF(dir) {
+				if gguf.IsFile(dir) {
 					return fmt.Errorf("%s is a GGUF file: validate reads lowbit model directories only (lowbit run and bench read GGUF)", dir)
 				}
 				m, ref, err := validate.ModelDir(ctx, dir, validate.DirOptions{
