@@ -235,8 +235,10 @@ func (c *CPU) Linear(x Buf, norm Norm, outs ...Output) {
 			c.fail(fmt.Errorf("cpu: linear: [%d, %d] weight for %d rows of %d into %d values", o.W.Rows(), o.W.Cols(), n, cols, len(dst)))
 			return
 		}
+		// Every step after the product works on its rows in place; only
+		// a residual add needs them apart from dst.
 		y := dst
-		if o.Add || o.Up.Valid() {
+		if o.Add {
 			y = c.scratch(1, len(dst))
 		}
 		c.matMul(y, in, w, n)
@@ -265,25 +267,15 @@ func (c *CPU) Linear(x Buf, norm Norm, outs ...Output) {
 			if c.err != nil {
 				return
 			}
-			if y2 := c.scratch(1, len(dst)); &y2[0] != &y[0] {
-				copy(y2, y)
-				y = y2
-			}
 			c.rmsNorm(y, y, g.w.F32, n, o.W.Rows(), o.Norm.Eps)
 		}
 		if o.SoftCap > 0 {
-			if y2 := c.scratch(1, len(dst)); &y2[0] != &y[0] {
-				copy(y2, y)
-				y = y2
-			}
 			softCap(y, o.SoftCap)
 		}
 		if o.Add {
 			for i, v := range y {
 				dst[i] += v
 			}
-		} else if &y[0] != &dst[0] {
-			copy(dst, y)
 		}
 	}
 }
