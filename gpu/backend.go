@@ -47,8 +47,8 @@ type Backend struct {
 	// replaced ones kept until Close, as recorded graphs read them.
 	scratch [5]Buffer
 	retired []Buffer
-	// biases are joined q/k/v biases (jointBias), by their parts.
-	biases map[string]Buffer
+	// biases are joined q/k/v biases (jointBias), by their first part.
+	biases map[uint64]Buffer
 
 	// tok and pos hold the step's token ids and the positions of its
 	// tokens (int32, maxStep of each), the two halves of step.
@@ -145,7 +145,7 @@ func NewBackend(d *Device, maxStep int) (*Backend, error) {
 	if maxStep <= 0 {
 		maxStep = 512
 	}
-	b := &Backend{d: d, byWeight: map[*model.Weight]int{}, i8: map[int]Buffer{}, biases: map[string]Buffer{}, steps: map[any]*stepGraph{}, maxStep: maxStep, skip: d.exp.skip}
+	b := &Backend{d: d, byWeight: map[*model.Weight]int{}, i8: map[int]Buffer{}, biases: map[uint64]Buffer{}, steps: map[any]*stepGraph{}, maxStep: maxStep, skip: d.exp.skip}
 	err := d.do(func() error {
 		var err error
 		if b.step, err = d.alloc(int64(8*maxStep), MemScratch); err != nil {
@@ -223,7 +223,7 @@ func (b *Backend) Close() {
 		return nil
 	})
 	b.steps, b.mats, b.byWeight, b.caches, b.bufs, b.i8, b.joined = map[any]*stepGraph{}, nil, map[*model.Weight]int{}, nil, nil, map[int]Buffer{}, nil
-	b.scratch, b.retired, b.biases = [5]Buffer{}, nil, map[string]Buffer{}
+	b.scratch, b.retired, b.biases = [5]Buffer{}, nil, map[uint64]Buffer{}
 	b.step, b.tok, b.pos, b.scale, b.idx, b.topk = Buffer{}, Buffer{}, Buffer{}, Buffer{}, Buffer{}, Buffer{}
 }
 

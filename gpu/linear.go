@@ -289,7 +289,7 @@ func (b *Backend) addBiases(outs []model.Output, dsts, biases []Buffer) {
 // jointBias is biases one after another in one buffer, made on first use
 // (a decode step's first run, outside any capture) and kept.
 func (b *Backend) jointBias(biases []Buffer, outs []model.Output) Buffer {
-	key := fmt.Sprint(biases)
+	key := biases[0].Ptr() // a bias is the first of one group only
 	if jb, ok := b.biases[key]; ok {
 		return jb
 	}
