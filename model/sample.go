@@ -139,8 +139,8 @@ func sortCands(c []cand) { slices.SortFunc(c, candOrder) }
 
 // topCands returns the first k of c in candOrder (all of c, sorted, when k
 // is 0 or more than c holds). With top-k set only those k are sorted: a
-// heap keeps the k best seen in one pass over the vocabulary, where a full
-// sort of every logit would cost milliseconds a token.
+// heap keeps the k best seen in one pass over the vocabulary, O(n log k),
+// where a full sort of every logit is O(n log n) on every token.
 func topCands(c []cand, k int) []cand {
 	if k <= 0 || k >= len(c) {
 		sortCands(c)

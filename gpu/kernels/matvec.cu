@@ -560,9 +560,9 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     constexpr bool SC = FMT == Q8 || FMT == Q4 || FMT == Q2 || FMT == Q1;
     constexpr bool MN = FMT == Q4 || FMT == Q2;
     // q4 and q8 take x rounded to int16 per 32-weight block (relative
-    // error under 2^-15 of the block's largest value): their integer dot
-    // products cost a third of the float ones for q4, a sixth for q8, and
-    // x staged as int16 is half the shared memory to read.
+    // error under 2^-15 of the block's largest value): their codes then
+    // multiply as integers, two at a time, without being turned into
+    // floats first, and x staged as int16 is half the shared memory to read.
     constexpr bool I16 = FMT == Q4 || FMT == Q8;
     // tq2 with qx takes x as BitNet does: int8 by the vector's absmax
     // (after the gate and norm), integer dot products (dp4a).
