@@ -561,8 +561,9 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     constexpr bool MN = FMT == Q4 || FMT == Q2;
     // q4 and q8 take x rounded to int16 per 32-weight block (relative
     // error under 2^-15 of the block's largest value): their codes then
-    // multiply as integers, two at a time, without being turned into
-    // floats first, and x staged as int16 is half the shared memory to read.
+    // multiply as integers (dp2a: two int16-by-int8 products an instruction)
+    // without being turned into floats first, and x staged as int16 is half
+    // the shared memory to read.
     constexpr bool I16 = FMT == Q4 || FMT == Q8;
     // tq2 with qx takes x as BitNet does: int8 by the vector's absmax
     // (after the gate and norm), integer dot products (dp4a).
