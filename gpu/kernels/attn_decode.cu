@@ -36,7 +36,7 @@
 // to pos. part holds heads*S*(HD+2) floats, count kv_heads*split ints that
 // are zero between launches. Dynamic shared memory: NW*G*HD floats
 // (attnDecode.shared in Go).
-template <int HD, int G2, int UNX>
+template <int HD, int G2, int UNX, bool CAP>
 __device__ void attn_decode(const float* q, const float* kcur, const float* vcur, float* __restrict__ kc, float* __restrict__ vc,
                             float* __restrict__ out, float* __restrict__ part, int* __restrict__ count, int heads,
                             int kv_heads, const int* __restrict__ pos, float scale, float softcap,
@@ -181,7 +181,7 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
             for (int i = 0; i < DL / 2; i++) e += qr[2 * i] * kv[u][i].x + qr[2 * i + 1] * kv[u][i].y;
 #pragma unroll
             for (int o = LP / 2; o > 0; o >>= 1) e += __shfl_xor_sync(0xffffffffu, e, o);
-            if (softcap > 0.f) e = softcap * tanhf(e / softcap);  // Gemma 2's capped scores
+            if (CAP) e = softcap * tanhf(e / softcap);  // Gemma 2's capped scores
             d[u] = e, mr = fmaxf(mr, e);
         }
         const float f = __expf(m - mr);  // (m = -inf at first: 0)
@@ -275,8 +275,12 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
                                         float* vc, float* out, float* part, int* count, int heads,            \
                                         int kv_heads, const int* pos, float scale, float softcap,             \
                                         const float2* rope_cs, int window, int slice_len) {                   \
-        attn_decode<HD, G2, UNX>(q, kcur, vcur, kc, vc, out, part, count, heads, kv_heads, pos, scale,        \
-                                 softcap, rope_cs, window, slice_len);                                        \
+        if (softcap > 0.f) /* the cap's test out of the scores' loop */                                        \
+            attn_decode<HD, G2, UNX, true>(q, kcur, vcur, kc, vc, out, part, count, heads, kv_heads, pos,      \
+                                           scale, softcap, rope_cs, window, slice_len);                        \
+        else                                                                                                   \
+            attn_decode<HD, G2, UNX, false>(q, kcur, vcur, kc, vc, out, part, count, heads, kv_heads, pos,     \
+                                            scale, softcap, rope_cs, window, slice_len);                       \
     }
 #define ATTN_DECODE(HD, G2) ATTN_DECODE_UN(HD, G2, 0, )
 ATTN_DECODE(64, 1)
