@@ -309,7 +309,7 @@ func FuzzParseConfig(f *testing.F) {
 		if c.HeadDim > 4096 {
 			return // valid but large: skip the allocation
 		}
-		for i, f := range c.InvFreq() {
+		for i, f := range c.Rotary(0, c.MaxPositions).InvFreq {
 			if math.IsNaN(float64(f)) || f < 0 {
 				t.Fatalf("inverse frequency %d is %v", i, f)
 			}

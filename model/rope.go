@@ -38,14 +38,6 @@ func (c Config) Rotary(layer, ctx int) Rotary {
 	return c.globalRotary(ctx)
 }
 
-// InvFreq is the inverse frequency of each rotated pair of the layers that
-// take the global base and the config's scaling, for a session as long as
-// max_position_embeddings (longrope: its long factors where the model
-// extends its pretraining length).
-func (c Config) InvFreq() []float32 {
-	return c.globalRotary(c.MaxPositions).InvFreq
-}
-
 // globalRotary is the rotation of the layers that take RopeTheta and the
 // config's scaling, in a session of ctx positions.
 func (c Config) globalRotary(ctx int) Rotary {

@@ -224,14 +224,6 @@ func TestYarnBlend(t *testing.T) {
 	}
 }
 
-func TestInvFreqIsTheGlobalRotation(t *testing.T) {
-	c := Config{HeadDim: 64, RopeTheta: 1e6, LocalRopeTheta: 10000, MaxPositions: 4096, LayerWindows: []int{512, 0},
-		RopeScaling: &RopeScaling{Type: "longrope", Factor: 4, OriginalMaxPositionEmbeddings: 1024, ShortFactor: ramp(32, 1, 2), LongFactor: ramp(32, 2, 8)}}
-	if got, want := c.InvFreq(), c.Rotary(1, c.MaxPositions).InvFreq; !reflect.DeepEqual(got, want) {
-		t.Errorf("InvFreq %v, want layer 1's %v", got, want)
-	}
-}
-
 func TestParseRopeScaling(t *testing.T) {
 	llama := func(extra string) string {
 		return `{"architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":10` + extra + `}`
