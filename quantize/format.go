@@ -101,9 +101,9 @@ type Spec struct {
 	maxAbs    float32
 	maxAbsWhy string
 	// quantizeRow packs row r of t from row, adding each weight's error to
-	// t.SqErr and t.SqRef (search: pick scales by squared error; codes:
-	// scratch of GroupSize+32).
-	quantizeRow func(t *Tensor, r int, row []float32, search bool, codes []int32)
+	// t.SqErr and t.SqRef (opt.Search: pick scales by squared error, weighted
+	// by opt.Importance where given; codes: scratch of GroupSize+32).
+	quantizeRow func(t *Tensor, r int, row []float32, opt *Options, codes []int32)
 	// pack packs a group's codes (a multiple of 32) into dst (q4, q2).
 	pack func(dst []byte, codes []int32)
 	// code reads the code of weight c of a packed row, straight from the
@@ -195,6 +195,12 @@ type Options struct {
 	// FirstRow is the row of the whole tensor that w's first row is, when
 	// w is a chunk of it: errors name the tensor's rows.
 	FirstRow int
+	// Importance, when set, holds one non-negative weight per column (cols
+	// values): how much an error in that input feature costs the output,
+	// from calibration activations. A format's search minimizes the error
+	// weighted by it instead of the plain squared error. Nil weighs all
+	// columns alike.
+	Importance []float32
 }
 
 // Tensor is a quantized weight matrix.
@@ -283,6 +289,9 @@ func Quantize(ctx context.Context, f Format, w []float32, rows, cols int, opt Op
 	if err := f.CheckRange(w, cols, opt.FirstRow); err != nil {
 		return nil, fmt.Errorf("quantize: %w", err)
 	}
+	if opt.Importance != nil && len(opt.Importance) != cols {
+		return nil, fmt.Errorf("quantize: %d importance weights for %d columns", len(opt.Importance), cols)
+	}
 	s := f.spec()
 	t := &Tensor{Format: f, Rows: rows, Cols: cols}
 	if !s.TensorScale {
@@ -313,7 +322,7 @@ func Quantize(ctx context.Context, f Format, w []float32, rows, cols int, opt Op
 				return nil, err
 			}
 		}
-		s.quantizeRow(t, r, w[r*cols:(r+1)*cols], opt.Search, codes)
+		s.quantizeRow(t, r, w[r*cols:(r+1)*cols], &opt, codes)
 	}
 	return t, nil
 }

@@ -22,7 +22,7 @@ var q1Spec = Spec{
 
 // quantizeQ1Row packs one row. It has no search: the mean |w| is already
 // the best scale for the signs.
-func quantizeQ1Row(t *Tensor, r int, row []float32, _ bool, _ []int32) {
+func quantizeQ1Row(t *Tensor, r int, row []float32, _ *Options, _ []int32) {
 	rb := t.RowBytes()
 	dst := t.Data[r*rb : (r+1)*rb]
 	ng := t.Groups()

@@ -25,7 +25,8 @@ var q8Spec = Spec{
 // quantizeQ8Row packs one row. With search, scales below absmax/127 (which
 // clip the largest weights) and the least-squares scale for the chosen codes
 // are tried, keeping the one with the smallest squared error.
-func quantizeQ8Row(t *Tensor, r int, row []float32, search bool, codes []int32) {
+func quantizeQ8Row(t *Tensor, r int, row []float32, opt *Options, codes []int32) {
+	search := opt.Search
 	rb := t.RowBytes()
 	dst := t.Data[r*rb : (r+1)*rb]
 	ng := t.Groups()

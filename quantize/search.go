@@ -102,7 +102,8 @@ func plainSums(w []float32) (sw, sww float64) {
 }
 
 // quantizeAsymRow packs one q4 or q2 row.
-func quantizeAsymRow(t *Tensor, r int, row []float32, search bool, codes []int32) {
+func quantizeAsymRow(t *Tensor, r int, row []float32, opt *Options, codes []int32) {
+	search := opt.Search
 	s := t.Format.spec()
 	levels, pack := s.MaxCode, s.pack
 	rb := t.RowBytes()

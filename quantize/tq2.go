@@ -26,7 +26,7 @@ const tq2MinScale = 1e-5
 
 // quantizeTQ2Row packs one row at the tensor's scale (set by Quantize);
 // there is nothing to search.
-func quantizeTQ2Row(t *Tensor, r int, row []float32, _ bool, _ []int32) {
+func quantizeTQ2Row(t *Tensor, r int, row []float32, _ *Options, _ []int32) {
 	rb := t.RowBytes()
 	dst := t.Data[r*rb : (r+1)*rb]
 	inv := 1 / float64(t.Scale)
