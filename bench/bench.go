@@ -28,6 +28,8 @@ type Options struct {
 	// settings (a fresh sampler, seed 1, for every repetition) instead of
 	// taking the greedy one; the test is named "tg128 sampled".
 	Sampling *model.SamplerOptions
+	// KVCache is how the cache stores keys and values (zero: f16).
+	KVCache model.KVType
 	// Progress, when not nil, gets a line per repetition.
 	Progress io.Writer
 }
@@ -54,6 +56,8 @@ type Result struct {
 	Format string  `json:"format"`
 	Device string  `json:"device"`
 	Params int64   `json:"params"`
+	// KVCache is how the cache stored keys and values (f16, q8, f32).
+	KVCache string `json:"kv_cache"`
 	Tests  []*Stat `json:"tests"`
 	// WeightBytes is what one decode step reads of the weights (packed
 	// codes plus scales; the embedding's one row is left out).
@@ -81,11 +85,11 @@ func Run(ctx context.Context, m *model.Model, be model.Backend, name string, opt
 		return nil, fmt.Errorf("bench: -d %d plus -p %d or -n %d is %d positions, over the model's context of %d", opts.Depth, opts.Prompt, opts.Gen, need, c.MaxPositions)
 	}
 	batch := min(max(opts.Prompt, opts.Depth, 1), 512)
-	s, err := m.NewSession(model.SessionOptions{Backend: be, Context: need, Batch: batch})
+	s, err := m.NewSession(model.SessionOptions{Backend: be, Context: need, Batch: batch, KVCache: opts.KVCache})
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Model: name, Format: formatOf(m), Device: "cpu", WeightBytes: decodeBytes(m)}
+	res := &Result{Model: name, Format: formatOf(m), Device: "cpu", WeightBytes: decodeBytes(m), KVCache: opts.KVCache.String()}
 	for _, w := range m.Weights {
 		res.Params += int64(w.Rows) * int64(w.Cols)
 	}

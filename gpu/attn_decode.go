@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"lowbit/model"
 )
 
 // attnSliceLen is the positions a block of decode attention takes at most
@@ -48,9 +50,10 @@ func attnDecodeSlices(visible, sliceLen int) int {
 }
 
 // newAttnDecode plans attn_decode for heads/kvHeads heads of hd over a
-// cache of positions (window: the visible positions, 0 for all), or
-// reports why the kernel does not take this layout (device thread).
-func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attnDecode, error) {
+// cache of positions stored as typ (window: the visible positions, 0 for
+// all), or reports why the kernel does not take this layout (device
+// thread).
+func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int, typ model.KVType) (*attnDecode, error) {
 	if kvHeads <= 0 || heads%kvHeads != 0 {
 		return nil, fmt.Errorf("gpu: attention: %d heads are not a multiple of %d kv heads", heads, kvHeads)
 	}
@@ -79,6 +82,7 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 	if hd*g2/32 == 4 && kvHeads*split*a.slices <= d.sms {
 		a.name += "_un5"
 	}
+	a.name = kvRows{typ: typ}.kernel(a.name)
 	var err error
 	if a.threads, err = d.maxThreads(a.name); err != nil {
 		return nil, err
@@ -106,10 +110,10 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int) (*attn
 // launch queues attention of the step's token (position pos[0]) over the
 // layer's caches, storing the step's k and v into them; ropeCS, when set
 // (a ropeTable), rotates q and k first (device thread).
-func (a *attnDecode) launch(d *Device, q, kcur, vcur, kc, vc, out Buffer, heads, kvHeads int, pos Buffer, scale, softcap float32, ropeCS Buffer, window int) error {
-	return d.launchPDL(a.name, grid2(kvHeads*a.split, a.slices), grid1(a.threads), a.shared,
-		argBuf(q), argBuf(kcur), argBuf(vcur), argBuf(kc), argBuf(vc), argBuf(out), argBuf(a.part), argBuf(a.count),
+func (a *attnDecode) launch(d *Device, q, kcur, vcur Buffer, c kvRows, out Buffer, heads, kvHeads int, pos Buffer, scale, softcap float32, ropeCS Buffer, window int) error {
+	args := append(append([]uint64{argBuf(q), argBuf(kcur), argBuf(vcur)}, c.args()...), argBuf(out), argBuf(a.part), argBuf(a.count),
 		argInt(heads), argInt(kvHeads), argBuf(pos), argF32(scale), argF32(softcap), argBuf(ropeCS), argInt(window), argInt(a.sliceLen))
+	return d.launchPDL(a.name, grid2(kvHeads*a.split, a.slices), grid1(a.threads), a.shared, args...)
 }
 
 // ropeTable is cos and sin of every position's rotary angles, [positions]

@@ -7,14 +7,15 @@ import "strconv"
 const attnPrefillQueries = 64
 
 // hasAttnPrefill says whether attn_prefill is built for head size hd.
-func hasAttnPrefill(hd int) bool { return hd == 64 || hd == 128 }
+func hasAttnPrefill(hd int) bool { return hd == 64 || hd == 128 || hd == 256 }
 
 // attnPrefill queues causal attention for n queries at once (a prompt),
-// flash style, over the layer's cache kc/vc, which already holds the step's
+// flash style, over the layer's cache c, which already holds the step's
 // keys and values; window > 0 limits each query to its last window
 // positions, softcap > 0 caps the scores (device thread).
-func (d *Device) attnPrefill(q, kc, vc, out Buffer, n, heads, kvHeads, hd, maxSeq int, pos Buffer, scale, softcap float32, window int) error {
-	return d.launch("attn_prefill_"+strconv.Itoa(hd), grid2(heads, (n+attnPrefillQueries-1)/attnPrefillQueries),
-		grid1(4*attnPrefillQueries), 0, argBuf(q), argBuf(kc), argBuf(vc), argBuf(out), argInt(n),
+func (d *Device) attnPrefill(q Buffer, c kvRows, out Buffer, n, heads, kvHeads, hd, maxSeq int, pos Buffer, scale, softcap float32, window int) error {
+	args := append(append([]uint64{argBuf(q)}, c.args()...), argBuf(out), argInt(n),
 		argInt(heads), argInt(kvHeads), argInt(maxSeq), argBuf(pos), argF32(scale), argF32(softcap), argInt(window))
+	return d.launch(c.kernel("attn_prefill_"+strconv.Itoa(hd)), grid2(heads, (n+attnPrefillQueries-1)/attnPrefillQueries),
+		grid1(4*attnPrefillQueries), 0, args...)
 }

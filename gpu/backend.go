@@ -111,10 +111,10 @@ type pendingAdd struct {
 }
 
 // gpuCache is a KV cache: per layer and slot [positions, kvDim] keys and
-// values.
+// values (and a q8 cache's scales).
 type gpuCache struct {
 	shape model.CacheShape
-	k, v  []Buffer // [layer*slots + slot]
+	rows  []kvRows // [layer*slots + slot]
 	all   Buffer
 	// dec are the decode attention's plans for this cache by window (made
 	// on first use; nil where attn_decode does not take the layout); rope
@@ -402,21 +402,40 @@ func (b *Backend) NewCache(s model.CacheShape) (model.Cache, error) {
 		return model.Cache{}, fmt.Errorf("gpu: bad cache geometry %d layers x %d slots x %d positions x %d", s.Layers, s.Slots, s.Positions, s.KVDim)
 	}
 	b.flush()
-	per := int64(s.Positions) * int64(s.KVDim) * 4
+	hd := s.HeadDim
+	if hd <= 0 || s.KVDim%hd != 0 {
+		hd = s.KVDim
+	}
+	// Each part's keys, values, then (q8) their scales, every part 256-byte aligned.
+	elem := map[model.KVType]int64{model.KVF32: 4, model.KVF16: 2, model.KVQ8: 1}[s.Type]
+	if elem == 0 {
+		return model.Cache{}, fmt.Errorf("gpu: KV cache type %v is not supported", s.Type)
+	}
+	align := func(n int64) int64 { return (n + 255) &^ 255 }
+	vals := align(int64(s.Positions) * int64(s.KVDim) * elem)
+	var scales int64
+	if s.Type == model.KVQ8 {
+		scales = align(int64(s.Positions) * int64(s.KVDim/hd) * 4)
+	}
+	per := 2 * (vals + scales)
 	parts := int64(s.Layers) * int64(s.Slots)
 	c := &gpuCache{shape: s, dec: map[int]*attnDecode{}, rope: map[*gpuMat]Buffer{}}
 	err := b.d.do(func() (err error) {
-		if c.all, err = b.d.alloc(2*parts*per, MemKV); err != nil {
+		if c.all, err = b.d.alloc(parts*per, MemKV); err != nil {
 			return err
 		}
 		return b.d.memset(c.all, 0)
 	})
 	if err != nil {
-		return model.Cache{}, fmt.Errorf("gpu: KV cache of %d MiB: %w", 2*parts*per>>20, memError(err))
+		return model.Cache{}, fmt.Errorf("gpu: KV cache (%s) of %d MiB: %w", s.Type, parts*per>>20, memError(err))
 	}
 	for i := range parts {
-		c.k = append(c.k, c.all.Slice(2*i*per, per))
-		c.v = append(c.v, c.all.Slice((2*i+1)*per, per))
+		at := i * per
+		r := kvRows{k: c.all.Slice(at, vals), v: c.all.Slice(at+vals, vals), typ: s.Type}
+		if scales > 0 {
+			r.ks, r.vs = c.all.Slice(at+2*vals, scales), c.all.Slice(at+2*vals+scales, scales)
+		}
+		c.rows = append(c.rows, r)
 	}
 	b.caches = append(b.caches, c)
 	return model.MakeCache(len(b.caches) - 1), nil
@@ -657,7 +676,7 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.Cache, layer int, a
 	if n == 1 && b.skip["attn"] {
 		return
 	}
-	kc0, vc0 := c.k[layer*c.shape.Slots+b.slot], c.v[layer*c.shape.Slots+b.slot]
+	rows := c.rows[layer*c.shape.Slots+b.slot]
 	positions := c.shape.Positions
 	b.op("attention", func() error {
 		if n == 1 {
@@ -670,7 +689,7 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.Cache, layer int, a
 				}
 			}
 			if dec != nil {
-				return dec.launch(b.d, qb, kb, vb, kc0, vc0, ob, a.Heads, a.KVHeads, b.pos, a.Scale, a.SoftCap, cs, a.Window)
+				return dec.launch(b.d, qb, kb, vb, rows, ob, a.Heads, a.KVHeads, b.pos, a.Scale, a.SoftCap, cs, a.Window)
 			}
 		}
 		if rope != nil {
@@ -682,18 +701,18 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.Cache, layer int, a
 			}
 		}
 		if n > 1 && hasAttnPrefill(a.HeadDim) {
-			if err := b.d.kvStore(kb, vb, kc0, vc0, n, kvd, b.pos); err != nil {
+			if err := b.d.kvStore(kb, vb, rows, n, a.KVHeads, a.HeadDim, b.pos); err != nil {
 				return err
 			}
-			return b.d.attnPrefill(qb, kc0, vc0, ob, n, a.Heads, a.KVHeads, a.HeadDim, positions, b.pos, a.Scale, a.SoftCap, a.Window)
+			return b.d.attnPrefill(qb, rows, ob, n, a.Heads, a.KVHeads, a.HeadDim, positions, b.pos, a.Scale, a.SoftCap, a.Window)
 		}
 		if n == 1 { // the kernel stores k and v itself
-			return b.d.attention(qb, kc0, vc0, ob, 1, a.Heads, a.KVHeads, a.HeadDim, positions, b.pos, a.Scale, a.SoftCap, a.Window, kb, vb)
+			return b.d.attention(qb, rows, ob, 1, a.Heads, a.KVHeads, a.HeadDim, positions, b.pos, a.Scale, a.SoftCap, a.Window, kb, vb)
 		}
-		if err := b.d.kvStore(kb, vb, kc0, vc0, n, kvd, b.pos); err != nil {
+		if err := b.d.kvStore(kb, vb, rows, n, a.KVHeads, a.HeadDim, b.pos); err != nil {
 			return err
 		}
-		return b.d.attention(qb, kc0, vc0, ob, n, a.Heads, a.KVHeads, a.HeadDim, positions, b.pos, a.Scale, a.SoftCap, a.Window, Buffer{}, Buffer{})
+		return b.d.attention(qb, rows, ob, n, a.Heads, a.KVHeads, a.HeadDim, positions, b.pos, a.Scale, a.SoftCap, a.Window, Buffer{}, Buffer{})
 	})
 }
 
@@ -704,7 +723,7 @@ func (c *gpuCache) decode(d *Device, a model.Attn, positions int) *attnDecode {
 	p, ok := c.dec[a.Window]
 	if !ok {
 		var err error
-		if p, err = d.newAttnDecode(a.Heads, a.KVHeads, a.HeadDim, positions, a.Window); err != nil {
+		if p, err = d.newAttnDecode(a.Heads, a.KVHeads, a.HeadDim, positions, a.Window, c.shape.Type); err != nil {
 			p = nil // the general kernel takes it
 		}
 		c.dec[a.Window] = p

@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 
+	"lowbit/model"
 	"lowbit/quantize"
 )
 
@@ -47,9 +48,36 @@ func (d *Device) rope(v Buffer, n, heads, hd int, pos, invFreq Buffer) error {
 	return d.launch("rope", grid2(heads, n), grid1(hd/2), 0, argBuf(v), argInt(hd), argBuf(pos), argBuf(invFreq))
 }
 
-// kvStore queues the copy of n tokens' k and v into rows pos[i] of the caches.
-func (d *Device) kvStore(k, v, kc, vc Buffer, n, kvdim int, pos Buffer) error {
-	return d.launch("kv_store", grid2((kvdim+255)/256, n), grid1(256), 0, argBuf(k), argBuf(v), argBuf(kc), argBuf(vc), argInt(kvdim), argBuf(pos))
+// kvRows is one layer's (and slot's) cache: keys and values [positions,
+// kvDim] stored as typ, and a q8 cache's scales [positions, kv heads].
+type kvRows struct {
+	k, v, ks, vs Buffer
+	typ          model.KVType
+}
+
+// kernel is the name of the kernel family base for the cache's type
+// (kernels/kv.cuh): attention, attention_f16, attention_q8.
+func (c kvRows) kernel(base string) string {
+	switch c.typ {
+	case model.KVF16:
+		return base + "_f16"
+	case model.KVQ8:
+		return base + "_q8"
+	}
+	return base
+}
+
+// args are the kernels' cache arguments: keys, values and their scales.
+func (c kvRows) args() []uint64 {
+	return []uint64{argBuf(c.k), argBuf(c.v), argBuf(c.ks), argBuf(c.vs)}
+}
+
+// kvStore queues the store of n tokens' k and v into rows pos[i] of the
+// caches, rounded as their type keeps them.
+func (d *Device) kvStore(k, v Buffer, c kvRows, n, kvHeads, hd int, pos Buffer) error {
+	args := append([]uint64{argBuf(k), argBuf(v)}, c.args()...)
+	args = append(args, argInt(kvHeads), argInt(hd), argBuf(pos))
+	return d.launch(c.kernel("kv_store"), grid2(kvHeads, n), grid1((hd+31)/32*32), 0, args...)
 }
 
 // attention queues softmax(q k^T * scale) v over cache rows 0..pos[i] for
@@ -57,7 +85,7 @@ func (d *Device) kvStore(k, v, kc, vc Buffer, n, kvdim int, pos Buffer) error {
 // scores' shared memory. For one token, kcur and vcur (the step's k and v)
 // may be given: the kernel stores them in the caches itself (no kv_store);
 // zero Buffers mean kv_store ran before.
-func (d *Device) attention(q, kc, vc, out Buffer, n, heads, kvHeads, hd, maxSeq int, pos Buffer, scale, softcap float32, window int, kcur, vcur Buffer) error {
+func (d *Device) attention(q Buffer, c kvRows, out Buffer, n, heads, kvHeads, hd, maxSeq int, pos Buffer, scale, softcap float32, window int, kcur, vcur Buffer) error {
 	if n != 1 && kcur.Ptr() != 0 {
 		return fmt.Errorf("gpu: attention: the kv store folds in for one token only, not %d", n)
 	}
@@ -69,7 +97,8 @@ func (d *Device) attention(q, kc, vc, out Buffer, n, heads, kvHeads, hd, maxSeq 
 	if shared+static > d.maxShared {
 		return fmt.Errorf("gpu: attention: context of %d positions needs %d bytes of shared memory, the device has %d", maxSeq, shared, d.maxShared)
 	}
-	if err := d.allowShared("attention", shared); err != nil {
+	name := c.kernel("attention")
+	if err := d.allowShared(name, shared); err != nil {
 		return err
 	}
 	// The kernel takes any block of up to 1024 threads. Decode (one token)
@@ -80,8 +109,9 @@ func (d *Device) attention(q, kc, vc, out Buffer, n, heads, kvHeads, hd, maxSeq 
 	if n == 1 {
 		threads = 1024
 	}
-	return d.launch("attention", grid2(heads, n), grid1(threads), shared, argBuf(q), argBuf(kc), argBuf(vc), argBuf(out),
+	args := append(append([]uint64{argBuf(q)}, c.args()...), argBuf(out),
 		argInt(heads), argInt(kvHeads), argInt(hd), argBuf(pos), argF32(scale), argF32(softcap), argInt(window), argBuf(kcur), argBuf(vcur))
+	return d.launch(name, grid2(heads, n), grid1(threads), shared, args...)
 }
 
 // glu queues out = act(g) * u.

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"lowbit/model"
 	"lowbit/quantize"
 )
 
@@ -111,33 +112,35 @@ func TestOps(t *testing.T) {
 		check(t, "rope", ref, down[float32](t, d, vb, heads*hd), 1e-5)
 	})
 
-	t.Run("attention", func(t *testing.T) {
-		heads, kvHeads, hd, maxSeq := 8, 2, 64, 300
-		kvdim := kvHeads * hd
-		kc := up(t, d, make([]float32, maxSeq*kvdim), 0)
-		vc := up(t, d, make([]float32, maxSeq*kvdim), 0)
-		K, V := gaussian(r, maxSeq*kvdim), gaussian(r, maxSeq*kvdim)
-		posb := up(t, d, []int32{0}, 0)
-		n := 257
-		for p := 0; p < n; p++ { // fill the cache the way decode does
-			pb := up(t, d, []int32{int32(p)}, 0)
-			kb, vb := up(t, d, K[p*kvdim:(p+1)*kvdim], 0), up(t, d, V[p*kvdim:(p+1)*kvdim], 0)
-			run(t, d, func() error { return d.kvStore(kb, vb, kc, vc, 1, kvdim, pb) })
-		}
-		run(t, d, func() error { return d.htod(posb, 0, bytesOf([]int32{int32(n - 1)})) })
-		q := gaussian(r, heads*hd)
-		out := up(t, d, make([]float32, heads*hd), 0)
-		scale := float32(1 / math.Sqrt(float64(hd)))
-		qb := up(t, d, q, 0)
-		run(t, d, func() error {
-			return d.attention(qb, kc, vc, out, 1, heads, kvHeads, hd, maxSeq, posb, scale, 0, 0, Buffer{}, Buffer{})
+	for _, typ := range []model.KVType{model.KVF32, model.KVF16, model.KVQ8} {
+		t.Run("attention/"+typ.String(), func(t *testing.T) {
+			heads, kvHeads, hd, maxSeq := 8, 2, 64, 300
+			kvdim := kvHeads * hd
+			rows := newKVRows(t, d, typ, maxSeq, kvHeads, hd)
+			K, V := gaussian(r, maxSeq*kvdim), gaussian(r, maxSeq*kvdim)
+			posb := up(t, d, []int32{0}, 0)
+			n := 257
+			for p := 0; p < n; p++ { // fill the cache the way decode does
+				pb := up(t, d, []int32{int32(p)}, 0)
+				kb, vb := up(t, d, K[p*kvdim:(p+1)*kvdim], 0), up(t, d, V[p*kvdim:(p+1)*kvdim], 0)
+				run(t, d, func() error { return d.kvStore(kb, vb, rows, 1, kvHeads, hd, pb) })
+			}
+			run(t, d, func() error { return d.htod(posb, 0, bytesOf([]int32{int32(n - 1)})) })
+			q := gaussian(r, heads*hd)
+			out := up(t, d, make([]float32, heads*hd), 0)
+			scale := float32(1 / math.Sqrt(float64(hd)))
+			qb := up(t, d, q, 0)
+			run(t, d, func() error {
+				return d.attention(qb, rows, out, 1, heads, kvHeads, hd, maxSeq, posb, scale, 0, 0, Buffer{}, Buffer{})
+			})
+			K, V = kvRounded(typ, K, hd), kvRounded(typ, V, hd)
+			ref := make([]float64, heads*hd)
+			for h := 0; h < heads; h++ {
+				attendRef(ref[h*hd:(h+1)*hd], q[h*hd:], K, V, kvdim, (h/(heads/kvHeads))*hd, 0, n-1, scale)
+			}
+			check(t, "attention", ref, down[float32](t, d, out, heads*hd), 1e-5)
 		})
-		ref := make([]float64, heads*hd)
-		for h := 0; h < heads; h++ {
-			attendRef(ref[h*hd:(h+1)*hd], q[h*hd:], K, V, kvdim, (h/(heads/kvHeads))*hd, 0, n-1, scale)
-		}
-		check(t, "attention", ref, down[float32](t, d, out, heads*hd), 1e-5)
-	})
+	}
 
 	t.Run("glu", func(t *testing.T) {
 		n := 5000

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"lowbit/half"
 	"lowbit/internal/fixture"
 	"lowbit/model"
 	"lowbit/quantize"
@@ -95,13 +96,26 @@ func TestArgmaxOffsets(t *testing.T) {
 func TestAttnPrefill(t *testing.T) {
 	d := openOrSkip(t)
 	r := rand.New(rand.NewPCG(25, 26))
-	for _, hd := range []int{64, 128} {
-		for _, window := range []int{0, 30} {
-			t.Run(fmt.Sprintf("hd%d/window%d", hd, window), func(t *testing.T) {
+	for _, c := range []struct {
+		hd     int
+		window int
+		typ    model.KVType
+	}{{64, 0, model.KVF32}, {64, 30, model.KVF32}, {128, 0, model.KVF32}, {128, 30, model.KVF32}, {256, 0, model.KVF32}, {256, 30, model.KVF32},
+		{64, 0, model.KVF16}, {128, 30, model.KVF16}, {256, 0, model.KVF16}, {64, 30, model.KVQ8}, {128, 0, model.KVQ8}, {256, 0, model.KVQ8}} {
+		hd, window := c.hd, c.window
+		{
+			t.Run(fmt.Sprintf("hd%d/window%d/%s", hd, window, c.typ), func(t *testing.T) {
 				heads, kvHeads, maxSeq, first, n := 8, 2, 160, 20, 100
 				kvdim := kvHeads * hd
 				K, V := gaussian(r, maxSeq*kvdim), gaussian(r, maxSeq*kvdim)
-				kc, vc := up(t, d, K, 0), up(t, d, V, 0)
+				rows := newKVRows(t, d, c.typ, maxSeq, kvHeads, hd)
+				all := make([]int32, maxSeq)
+				for i := range all {
+					all[i] = int32(i)
+				}
+				kb, vb, ab := up(t, d, K, 0), up(t, d, V, 0), up(t, d, all, 0)
+				run(t, d, func() error { return d.kvStore(kb, vb, rows, maxSeq, kvHeads, hd, ab) })
+				K, V = kvRounded(c.typ, K, hd), kvRounded(c.typ, V, hd)
 				q := gaussian(r, n*heads*hd)
 				pos := make([]int32, n)
 				for i := range pos {
@@ -111,7 +125,7 @@ func TestAttnPrefill(t *testing.T) {
 				out := up(t, d, make([]float32, n*heads*hd), 0)
 				scale := float32(1 / math.Sqrt(float64(hd)))
 				run(t, d, func() error {
-					return d.attnPrefill(qb, kc, vc, out, n, heads, kvHeads, hd, maxSeq, pb, scale, 0, window)
+					return d.attnPrefill(qb, rows, out, n, heads, kvHeads, hd, maxSeq, pb, scale, 0, window)
 				})
 				ref := make([]float64, n*heads*hd)
 				for y := 0; y < n; y++ {
@@ -128,6 +142,54 @@ func TestAttnPrefill(t *testing.T) {
 			})
 		}
 	}
+}
+
+// newKVRows allocates a cache of maxSeq positions of kvHeads heads of hd
+// stored as typ.
+func newKVRows(t *testing.T, d *Device, typ model.KVType, maxSeq, kvHeads, hd int) kvRows {
+	t.Helper()
+	elem := map[model.KVType]int{model.KVF32: 4, model.KVF16: 2, model.KVQ8: 1}[typ]
+	n := (maxSeq*kvHeads*hd*elem + 3) / 4
+	r := kvRows{typ: typ, k: up(t, d, make([]float32, n), 0), v: up(t, d, make([]float32, n), 0)}
+	if typ == model.KVQ8 {
+		r.ks, r.vs = up(t, d, make([]float32, maxSeq*kvHeads), 0), up(t, d, make([]float32, maxSeq*kvHeads), 0)
+	}
+	return r
+}
+
+// kvDown reads position p's key and value rows back from a cache,
+// decoded.
+func kvDown(t *testing.T, d *Device, c kvRows, p, kvHeads, hd int) (k, v []float32) {
+	t.Helper()
+	n := kvHeads * hd
+	decode := func(b, sc Buffer) []float32 {
+		out := make([]float32, n)
+		switch c.typ {
+		case model.KVF32:
+			copy(out, down[float32](t, d, b, (p+1)*n)[p*n:])
+		case model.KVF16:
+			raw := down[int32](t, d, b, (p+1)*n/2)[p*n/2:]
+			for i := range out {
+				out[i] = half.Float16(uint16(raw[i/2] >> (16 * (i % 2)))).Float32()
+			}
+		case model.KVQ8:
+			raw := down[int32](t, d, b, (p+1)*n/4)[p*n/4:]
+			scales := down[float32](t, d, sc, (p+1)*kvHeads)[p*kvHeads:]
+			for i := range out {
+				out[i] = float32(int8(raw[i/4]>>(8*(i%4)))) * scales[i/hd]
+			}
+		}
+		return out
+	}
+	return decode(c.k, c.ks), decode(c.v, c.vs)
+}
+
+// kvRounded is a copy of x (rows of heads of hd) as a cache of type typ
+// keeps it.
+func kvRounded(typ model.KVType, x []float32, hd int) []float32 {
+	x = slices.Clone(x)
+	typ.Round(x, hd)
+	return x
 }
 
 // attendRef adds to dst (one head's output) softmax(q·k * scale) v over
@@ -344,26 +406,40 @@ func TestAttnDecode(t *testing.T) {
 	// Query heads a block (the group split over blocks): 1 for the first
 	// five layouts, 2 for the sixth, 3 for the seventh, 2 for the last.
 	for _, l := range []struct{ hd, heads, kvHeads int }{{64, 32, 4}, {128, 8, 8}, {128, 20, 5}, {256, 8, 1}, {64, 12, 4}, {128, 64, 8}, {64, 48, 16}, {64, 64, 32}} {
-		for _, window := range []int{0, 50} {
-			for _, rope := range []bool{false, true} {
-				t.Run(fmt.Sprintf("hd%d-%dx%d/window%d/rope=%v", l.hd, l.heads, l.kvHeads, window, rope), func(t *testing.T) {
+		for _, c := range []struct {
+			window int
+			rope   bool
+			typ    model.KVType
+		}{{0, false, model.KVF32}, {0, true, model.KVF32}, {50, false, model.KVF32}, {50, true, model.KVF32},
+			{0, true, model.KVF16}, {50, true, model.KVF16}, {0, true, model.KVQ8}, {50, true, model.KVQ8}} {
+			window, rope := c.window, c.rope
+			{
+				t.Run(fmt.Sprintf("hd%d-%dx%d/window%d/rope=%v/%s", l.hd, l.heads, l.kvHeads, window, rope, c.typ), func(t *testing.T) {
 					hd, heads, kvHeads, maxSeq := l.hd, l.heads, l.kvHeads, 1100
 					kvdim := kvHeads * hd
 					K, V := gaussian(r, maxSeq*kvdim), gaussian(r, maxSeq*kvdim)
-					kc, vc := up(t, d, K, 0), up(t, d, V, 0)
+					rows := newKVRows(t, d, c.typ, maxSeq, kvHeads, hd)
+					all := make([]int32, maxSeq)
+					for i := range all {
+						all[i] = int32(i)
+					}
+					kb, vb, ab := up(t, d, K, 0), up(t, d, V, 0), up(t, d, all, 0)
+					run(t, d, func() error { return d.kvStore(kb, vb, rows, maxSeq, kvHeads, hd, ab) })
+					K, V = kvRounded(c.typ, K, hd), kvRounded(c.typ, V, hd)
 					inv := make([]float32, hd/2)
 					for i := range inv {
 						inv[i] = float32(math.Pow(10000, -2*float64(i)/float64(hd)))
 					}
 					var a *attnDecode
-					if err := d.do(func() (err error) { a, err = d.newAttnDecode(heads, kvHeads, hd, maxSeq, window); return err }); err != nil {
+					if err := d.do(func() (err error) { a, err = d.newAttnDecode(heads, kvHeads, hd, maxSeq, window, c.typ); return err }); err != nil {
 						t.Fatal(err)
 					}
 					names := []string{a.name}
-					if plain, ok := strings.CutSuffix(a.name, "_un5"); ok {
-						names = append(names, plain)
-					} else if err := d.do(func() error { _, err := d.function(a.name + "_un5"); return err }); err == nil {
-						names = append(names, a.name+"_un5")
+					base := strings.TrimSuffix(strings.TrimSuffix(a.name, "_f16"), "_q8")
+					if plain, ok := strings.CutSuffix(base, "_un5"); ok {
+						names = append(names, rows.kernel(plain))
+					} else if err := d.do(func() error { _, err := d.function(rows.kernel(base + "_un5")); return err }); err == nil {
+						names = append(names, rows.kernel(base+"_un5"))
 					}
 					table := append(slices.Clone(inv), make([]float32, len(inv))...)
 					for i := range inv {
@@ -387,8 +463,10 @@ func TestAttnDecode(t *testing.T) {
 							rotate(kcur, hd, p, inv)
 						}
 						run(t, d, func() error {
-							return a.launch(d, qb, kb, vb, kc, vc, out, heads, kvHeads, pb, scale, 0, f, window)
+							return a.launch(d, qb, kb, vb, rows, out, heads, kvHeads, pb, scale, 0, f, window)
 						})
+						c.typ.Round(kcur, hd)
+						c.typ.Round(vcur, hd)
 						copy(K[p*kvdim:], kcur)
 						copy(V[p*kvdim:], vcur)
 						from := 0
@@ -399,9 +477,14 @@ func TestAttnDecode(t *testing.T) {
 						for h := 0; h < heads; h++ {
 							attendRef(ref[h*hd:(h+1)*hd], q[h*hd:], K, V, kvdim, (h/(heads/kvHeads))*hd, from, p, scale)
 						}
-						check(t, fmt.Sprintf("position %d", p), ref, down[float32](t, d, out, heads*hd), 1e-5)
-						check(t, "cached k", f64(kcur), down[float32](t, d, kc, maxSeq*kvdim)[p*kvdim:(p+1)*kvdim], 1e-6)
-						check(t, "cached v", f64(vcur), down[float32](t, d, vc, maxSeq*kvdim)[p*kvdim:(p+1)*kvdim], 0)
+						// The rotation's last bits, computed here and in the
+						// kernel, may round a rotated key to the neighbouring
+						// f16 value or q8 code.
+						tol := map[model.KVType]struct{ out, k float64 }{model.KVF32: {1e-5, 1e-6}, model.KVF16: {1e-4, 1e-3}, model.KVQ8: {1e-3, 1e-2}}[c.typ]
+						check(t, fmt.Sprintf("position %d", p), ref, down[float32](t, d, out, heads*hd), tol.out)
+						kd, vd := kvDown(t, d, rows, p, kvHeads, hd)
+						check(t, "cached k", f64(kcur), kd, tol.k)
+						check(t, "cached v", f64(vcur), vd, 0)
 					}
 				})
 			}

@@ -120,9 +120,24 @@ func MakeCache(id int) Cache { return Cache{id: id} }
 func (c Cache) ID() int { return c.id }
 
 // CacheShape is the geometry of a key/value cache: for each of Slots
-// sequences and Layers layers, Positions keys and values of KVDim values.
+// sequences and Layers layers, Positions keys and values of KVDim values
+// in heads of HeadDim (0: one head of KVDim), stored as Type.
 type CacheShape struct {
-	Layers, Slots, Positions, KVDim int
+	Layers, Slots, Positions, KVDim, HeadDim int
+	Type                                     KVType
+}
+
+// Bytes is the cache's memory.
+func (s CacheShape) Bytes() int64 {
+	return 2 * int64(s.Layers) * int64(s.Slots) * int64(s.Positions) * s.Type.RowBytes(s.KVDim, s.headDim())
+}
+
+// headDim is the values of one head row (one scale of a q8 cache).
+func (s CacheShape) headDim() int {
+	if s.HeadDim > 0 && s.KVDim%s.HeadDim == 0 {
+		return s.HeadDim
+	}
+	return s.KVDim
 }
 
 // Act is the activation of a gated MLP.

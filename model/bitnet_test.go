@@ -146,7 +146,7 @@ func TestParityBitNetW2A8(t *testing.T) {
 	if stable < 10 {
 		t.Errorf("only %d of %d positions stable", stable, len(rec.Tokens))
 	}
-	s, err := m.NewSession(SessionOptions{})
+	s, err := m.NewSession(SessionOptions{KVCache: KVF32})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestParityBitNetW2A8(t *testing.T) {
 // bitnetLogits returns the logits of every position of tokens in one batch.
 func bitnetLogits(t *testing.T, m *Model, tokens []int) []float32 {
 	t.Helper()
-	s, err := m.NewSession(SessionOptions{Batch: 64})
+	s, err := m.NewSession(SessionOptions{Batch: 64, KVCache: KVF32})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,7 @@ func (c *CPU) Alloc(n int) (Buf, error) {
 
 // NewCache implements Backend.
 func (c *CPU) NewCache(s CacheShape) (Cache, error) {
-	if s.Layers <= 0 || s.Slots <= 0 || s.Positions <= 0 || s.KVDim <= 0 {
+	if s.Layers <= 0 || s.Slots <= 0 || s.Positions <= 0 || s.KVDim <= 0 || s.Type < KVF16 || s.Type > KVQ8 {
 		return Cache{}, fmt.Errorf("cpu: bad cache geometry %d layers x %d slots x %d positions x %d", s.Layers, s.Slots, s.Positions, s.KVDim)
 	}
 	kc := &cpuCache{shape: s}
@@ -398,8 +398,11 @@ func (c *CPU) Attention(out, q, k, v Buf, kc Cache, layer int, a Attn) {
 	slots := cache.shape.Slots
 	for i := range n {
 		at := layer*slots + c.slot[i]
-		copy(cache.k[at][c.pos[i]*kvDim:(c.pos[i]+1)*kvDim], ks[i*kvDim:(i+1)*kvDim])
-		copy(cache.v[at][c.pos[i]*kvDim:(c.pos[i]+1)*kvDim], vs[i*kvDim:(i+1)*kvDim])
+		kr, vr := cache.k[at][c.pos[i]*kvDim:(c.pos[i]+1)*kvDim], cache.v[at][c.pos[i]*kvDim:(c.pos[i]+1)*kvDim]
+		copy(kr, ks[i*kvDim:(i+1)*kvDim])
+		copy(vr, vs[i*kvDim:(i+1)*kvDim])
+		cache.shape.Type.Round(kr, hd)
+		cache.shape.Type.Round(vr, hd)
 	}
 	group := a.Heads / a.KVHeads
 	c.parallel(n*a.Heads, 1, func(lo, hi int) {

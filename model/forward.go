@@ -15,6 +15,8 @@ type SessionOptions struct {
 	Context int
 	// Batch is the most tokens processed at once in prefill (0: 64).
 	Batch int
+	// KVCache is how the cache stores keys and values (the zero value: f16).
+	KVCache KVType
 }
 
 // DefaultContext caps the KV cache when SessionOptions.Context is 0, so
@@ -32,6 +34,7 @@ type Session struct {
 	batch int
 	pos   int
 	cache Cache
+	shape CacheShape
 	// kept says the logits buffer holds the last step's logits (a step
 	// that returned candidates: LastLogits may read them).
 	kept bool
@@ -90,7 +93,8 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 		return nil, err
 	}
 	qDim, kvDim := c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
-	if s.cache, err = s.be.NewCache(CacheShape{Layers: c.NumLayers, Slots: 1, Positions: s.ctx, KVDim: kvDim}); err != nil {
+	s.shape = CacheShape{Layers: c.NumLayers, Slots: 1, Positions: s.ctx, KVDim: kvDim, HeadDim: c.HeadDim, Type: opts.KVCache}
+	if s.cache, err = s.be.NewCache(s.shape); err != nil {
 		return nil, fmt.Errorf("model: %s: %w", s.be.Name(), err)
 	}
 	for _, b := range []struct {
@@ -129,9 +133,10 @@ func (s *Session) Truncate(n int) {
 }
 
 // CacheBytes is the memory of the key/value cache.
-func (s *Session) CacheBytes() int64 {
-	return int64(s.cfg.NumLayers) * int64(s.ctx) * int64(s.cfg.NumKVHeads*s.cfg.HeadDim) * 2 * 4
-}
+func (s *Session) CacheBytes() int64 { return s.shape.Bytes() }
+
+// KVCache is how the session's cache stores keys and values.
+func (s *Session) KVCache() KVType { return s.shape.Type }
 
 // Forward appends tokens to the sequence and returns the logits of the last one.
 func (s *Session) Forward(ctx context.Context, tokens []int) ([]float32, error) {

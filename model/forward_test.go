@@ -84,7 +84,7 @@ func TestStories260KLogits(t *testing.T) {
 	// The same positions through one batch, through single steps, and through
 	// batches of 3 then 1 must all match the reference.
 	for _, batch := range []int{64, 1, 3} {
-		s, err := m.NewSession(SessionOptions{Batch: batch})
+		s, err := m.NewSession(SessionOptions{Batch: batch, KVCache: KVF32})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -72,7 +72,7 @@ func checkParity(t *testing.T, m *Model, rec paritygen.Record, want []float32) {
 	// context, which then matches transformers' length.
 	positions := min(max(len(rec.Tokens), len(rec.Prompt)+len(rec.Greedy)), m.Config.MaxPositions)
 	for _, batch := range []int{64, 3} {
-		s, err := m.NewSession(SessionOptions{Batch: batch, Context: positions})
+		s, err := m.NewSession(SessionOptions{Batch: batch, Context: positions, KVCache: KVF32})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +90,7 @@ func checkParity(t *testing.T, m *Model, rec paritygen.Record, want []float32) {
 		}
 		t.Logf("batch %d: worst rel L2 over %d positions %.3g", batch, len(rec.Tokens), worst)
 	}
-	s, err := m.NewSession(SessionOptions{Context: positions})
+	s, err := m.NewSession(SessionOptions{Context: positions, KVCache: KVF32})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,11 @@ type DirOptions struct {
 	Backend   func() (model.Backend, error)
 	// Adjust, when set, changes the format's default thresholds (flags).
 	Adjust func(*Thresholds)
+	// KVCache is the quantized model's cache type (ModelOptions.KVCache).
+	KVCache model.KVType
+	// KVCaches are the cache types whose own cost is measured too
+	// (CompareKVCaches).
+	KVCaches []model.KVType
 }
 
 // ModelDir checks a converted lowbit model directory against its float
@@ -68,8 +73,12 @@ func ModelDir(ctx context.Context, dir string, o DirOptions) (*ModelReport, stri
 	if o.Adjust != nil {
 		o.Adjust(&th)
 	}
-	rep, err := CompareModels(ctx, quant, refModel, tok, ModelOptions{Text: o.Text, MaxTokens: o.MaxTokens, Thresholds: th, Backend: o.Backend})
+	opts := ModelOptions{Text: o.Text, MaxTokens: o.MaxTokens, Thresholds: th, Backend: o.Backend, KVCache: o.KVCache}
+	rep, err := CompareModels(ctx, quant, refModel, tok, opts)
 	if err != nil {
+		return nil, "", err
+	}
+	if rep.KVCaches, err = CompareKVCaches(ctx, refModel, tok, o.KVCaches, opts); err != nil {
 		return nil, "", err
 	}
 	rep.Format, rep.ReferenceWeights = man.Quantization.Format, refWeights

@@ -70,6 +70,10 @@ type ModelOptions struct {
 	Thresholds Thresholds
 	// Backend runs both models (nil: the CPU).
 	Backend func() (model.Backend, error)
+	// KVCache is how the quantized model's cache stores keys and values
+	// (the zero value: f16); the reference's cache is always f32, so the
+	// report counts what the cache costs with what the weights cost.
+	KVCache model.KVType
 }
 
 // ModelReport is what the bits cost one model over a text.
@@ -92,10 +96,15 @@ type ModelReport struct {
 	KLD []float64 `json:"kld,omitempty"`
 	// ReferenceWeights says how the reference's weights were changed
 	// before the comparison (ReferenceTernary), empty when they were not.
-	ReferenceWeights string     `json:"reference_weights,omitempty"`
-	Thresholds       Thresholds `json:"thresholds"`
-	Status           string     `json:"status"`
-	Failures         []string   `json:"failures,omitempty"`
+	ReferenceWeights string `json:"reference_weights,omitempty"`
+	// KVCache is the quantized model's cache type.
+	KVCache string `json:"kv_cache"`
+	// KVCaches are what each cache type costs alone: the reference with
+	// that cache against the reference with f32's (CompareKVCaches).
+	KVCaches   []*ModelReport `json:"kv_caches,omitempty"`
+	Thresholds Thresholds     `json:"thresholds"`
+	Status     string         `json:"status"`
+	Failures   []string       `json:"failures,omitempty"`
 }
 
 // CompareModels runs the quantized model and its reference over the text
@@ -134,20 +143,20 @@ func CompareModels(ctx context.Context, quant, ref *model.Model, tok tokenizer.T
 			return nil, fmt.Errorf("validate: the tokenizer gave id %d outside the model's vocabulary of %d", id, qc.VocabSize)
 		}
 	}
-	newSession := func(m *model.Model) (*model.Session, error) {
+	newSession := func(m *model.Model, kv model.KVType) (*model.Session, error) {
 		var b model.Backend
 		if opts.Backend != nil {
 			if b, err = opts.Backend(); err != nil {
 				return nil, err
 			}
 		}
-		return m.NewSession(model.SessionOptions{Backend: b})
+		return m.NewSession(model.SessionOptions{Backend: b, KVCache: kv})
 	}
-	qs, err := newSession(quant)
+	qs, err := newSession(quant, opts.KVCache)
 	if err != nil {
 		return nil, err
 	}
-	rs, err := newSession(ref)
+	rs, err := newSession(ref, model.KVF32)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +169,7 @@ func CompareModels(ctx context.Context, quant, ref *model.Model, tok tokenizer.T
 	if tokenizer.AddBOS(tok) && tok.BOS() >= 0 {
 		bos = tok.BOS()
 	}
-	rep := &ModelReport{Tokens: len(ids), Thresholds: opts.Thresholds, LayerRelErr: make([]float64, qc.NumLayers+1)}
+	rep := &ModelReport{Tokens: len(ids), Thresholds: opts.Thresholds, LayerRelErr: make([]float64, qc.NumLayers+1), KVCache: opts.KVCache.String()}
 	num, den := make([]float64, qc.NumLayers+1), make([]float64, qc.NumLayers+1)
 	var nll, nllRef float64
 	agree := 0

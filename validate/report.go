@@ -97,7 +97,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 	}
 	if m := r.Model; m != nil {
-		fmt.Fprintf(&b, "model (%s vs %s, %d positions):\n", r.ModelDir, r.Reference, m.Positions)
+		fmt.Fprintf(&b, "model (%s vs %s, %d positions, %s KV cache):\n", r.ModelDir, r.Reference, m.Positions, m.KVCache)
 		if m.ReferenceWeights != "" {
 			fmt.Fprintf(&b, "  reference: %s\n", m.ReferenceWeights)
 		}
@@ -112,6 +112,10 @@ func (r *Report) WriteText(w io.Writer) error {
 		b.WriteString("\n")
 		for _, f := range m.Failures {
 			fmt.Fprintf(&b, "  FAIL: %s\n", f)
+		}
+		for _, c := range m.KVCaches {
+			fmt.Fprintf(&b, "  %s cache alone (reference vs reference with f32): KLD mean %.2g  p99 %.2g  top-1 %.1f%%  PPL %+.3f%%  %s\n",
+				strings.TrimPrefix(c.Format, "kv "), c.KLDMean, c.KLDP99, 100*c.Top1, 100*(c.PPLRatio-1), c.Status)
 		}
 	}
 	for _, n := range r.NotChecked {

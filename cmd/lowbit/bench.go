@@ -21,6 +21,7 @@ type benchFlags struct {
 	offline           bool
 	revision          string
 	sampling          samplingFlags
+	kvCache           kvCacheFlag
 }
 
 func newBenchCmd() *cobra.Command {
@@ -55,6 +56,7 @@ the GPU, float32 on the CPU). Both take comma-separated lists.`,
 	fl.StringSliceVar(&f.shapes, "shape", nil, "random model of this shape instead of a model: "+strings.Join(bench.Shapes(), ", "))
 	fl.StringSliceVar(&f.bits, "bits", []string{"4"}, "format of a --shape model: 1, 2, 4, 8, ternary (also tq2) or f16 (16-bit floats on the GPU)")
 	fl.StringVar(&f.device, "device", "auto", "where to run: cuda, cpu or auto")
+	fl.Var(&f.kvCache, "kv-cache", kvCacheUsage)
 	fl.BoolVar(&f.asJSON, "json", false, "print the results as JSON")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress lines")
 	fl.BoolVar(&f.offline, "offline", false, "use the HF cache only (also HF_HUB_OFFLINE=1)")
@@ -115,7 +117,7 @@ func runBench(cmd *cobra.Command, args []string, f benchFlags) error {
 		if err != nil {
 			return err
 		}
-		opts := bench.Options{Prompt: f.prompt, Gen: f.gen, Depth: f.depth, Reps: f.reps, Progress: progress}
+		opts := bench.Options{Prompt: f.prompt, Gen: f.gen, Depth: f.depth, Reps: f.reps, Progress: progress, KVCache: f.kvCache.t}
 		if sampling.Temperature > 0 {
 			opts.Sampling = &sampling
 		}
@@ -147,9 +149,9 @@ func runBench(cmd *cobra.Command, args []string, f benchFlags) error {
 // bandwidth and memory lines.
 func printBench(cmd *cobra.Command, r *bench.Result) {
 	w := cmd.OutOrStdout()
-	fmt.Fprintf(w, "| model | format | params | device | test | t/s |\n|---|---|---:|---|---:|---:|\n")
+	fmt.Fprintf(w, "| model | format | params | device | kv | test | t/s |\n|---|---|---:|---|---|---:|---:|\n")
 	for _, t := range r.Tests {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.2f ± %.2f |\n", r.Model, r.Format, humanCount(r.Params), r.Device, t.Test, t.Mean, t.SD)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.2f ± %.2f |\n", r.Model, r.Format, humanCount(r.Params), r.Device, r.KVCache, t.Test, t.Mean, t.SD)
 	}
 	fmt.Fprintf(w, "weights read per token: %s", humanBytes(r.WeightBytes))
 	if r.Bandwidth > 0 {

@@ -85,3 +85,20 @@ func openCUDA() (*gpu.Backend, func(), error) {
 	}
 	return be, func() { be.Close(); d.Close() }, nil
 }
+
+// kvCacheFlag is --kv-cache: how the KV cache stores keys and values.
+type kvCacheFlag struct{ t model.KVType }
+
+func (f *kvCacheFlag) String() string { return f.t.String() }
+func (f *kvCacheFlag) Type() string   { return "type" }
+func (f *kvCacheFlag) Set(s string) error {
+	t, err := model.ParseKVType(s)
+	if err != nil {
+		return err
+	}
+	f.t = t
+	return nil
+}
+
+// kvCacheUsage is --kv-cache's help.
+const kvCacheUsage = "how the KV cache stores keys and values: f16, q8 (int8 with a scale per head row; a quarter of f32) or f32"

@@ -30,6 +30,7 @@ type runFlags struct {
 	system    string
 	file      string
 	ctxLen    int
+	kvCache   kvCacheFlag
 	device    string
 	stats     bool
 	asJSON    bool
@@ -90,6 +91,7 @@ without a chat template, as the prompt to complete.`,
 	fl.StringVar(&f.system, "system", "", "system message of a chat (refused with a prompt to complete)")
 	fl.StringVarP(&f.file, "file", "f", "", "read the prompt from this file (-: stdin); one final newline is dropped")
 	fl.IntVar(&f.ctxLen, "ctx", 0, "context length in tokens (default: the model's, at most 4096)")
+	fl.Var(&f.kvCache, "kv-cache", kvCacheUsage)
 	fl.StringVar(&f.device, "device", "auto", "where to run: cuda, cpu or auto")
 	fl.BoolVar(&f.stats, "stats", false, "print timings and memory to stderr, as llama.cpp does")
 	fl.BoolVar(&f.asJSON, "json", false, "print one JSON object with the prompt, the text and the statistics")
@@ -188,7 +190,7 @@ func runModel(cmd *cobra.Command, args []string, f runFlags, in runInput) error 
 		return err
 	}
 	defer release()
-	s, err := m.NewSession(model.SessionOptions{Backend: backend, Context: f.ctxLen, Batch: maxStep})
+	s, err := m.NewSession(model.SessionOptions{Backend: backend, Context: f.ctxLen, Batch: maxStep, KVCache: f.kvCache.t})
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,7 @@ func newValidateCmd() *cobra.Command {
 		quiet     bool
 		offline   bool // accepted, and always so
 		htmlFile  string
+		kvCache   kvCacheFlag
 		kldMean   float64
 		kldP99    float64
 		top1      float64
@@ -89,6 +90,7 @@ when a check fails.`,
 				}
 				m, ref, err := validate.ModelDir(ctx, dir, validate.DirOptions{
 					Reference: reference, CacheDir: hub.OptionsFromEnv().CacheDir, Text: text, MaxTokens: maxTokens,
+					KVCache: kvCache.t, KVCaches: []model.KVType{model.KVF16, model.KVQ8},
 					Backend: func() (model.Backend, error) {
 						b, release, err := devices.open()
 						releases = append(releases, release)
@@ -174,6 +176,7 @@ when a check fails.`,
 	f.StringVar(&textFile, "text", "", "evaluation text file (default: a built-in passage)")
 	f.IntVar(&maxTokens, "max-tokens", 0, "most tokens of the text to evaluate (default 8192)")
 	f.StringVar(&device, "device", "auto", "cpu, cuda or auto")
+	f.Var(&kvCache, "kv-cache", kvCacheUsage+" (the reference's is f32; f16's and q8's own costs are reported too)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress bars or notices on stderr")
 	f.BoolVar(&offline, "offline", false, "accepted as run's: validate never uses the network (the model and its reference come from disk and the HF cache)")

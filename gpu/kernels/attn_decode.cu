@@ -24,6 +24,7 @@
 // lane's dimensions with those of the lane LP/2 away (HF rotate half).
 #include <stdint.h>
 
+#include "kv.cuh"
 #include "pdl.cuh"
 
 #define NW 16  // warps a block
@@ -31,13 +32,16 @@
 // attn_decode: q [heads, HD] and kcur, vcur [kv_heads, HD] are the step's
 // projections (q and k rotated here when rope_cs is given, else already;
 // rope_cs[p*HD/2 + j] holds cos and sin of position p's angle j);
-// kc, vc the layer's caches [max_seq, kv_heads*HD]; the token sits at
+// kc, vc the layer's caches [max_seq, kv_heads*HD] of type KT (kv.cuh;
+// ksc, vsc their q8 scales [max_seq, kv_heads], else null), the step's k
+// and v stored there as the cache keeps them and attended so too; the token sits at
 // position pos[0] and sees positions max(0, pos-window+1) (window 0: 0)
 // to pos. part holds heads*S*(HD+2) floats, count kv_heads*split ints that
 // are zero between launches. Dynamic shared memory: NW*G*HD floats
 // (attnDecode.shared in Go).
-template <int HD, int G2, int UNX, bool CAP>
-__device__ void attn_decode(const float* q, const float* kcur, const float* vcur, float* __restrict__ kc, float* __restrict__ vc,
+template <int HD, int G2, int UNX, bool CAP, int KT>
+__device__ void attn_decode(const float* q, const float* kcur, const float* vcur, void* __restrict__ kc, void* __restrict__ vc,
+                            float* __restrict__ ksc, float* __restrict__ vsc,
                             float* __restrict__ out, float* __restrict__ part, int* __restrict__ count, int heads,
                             int kv_heads, const int* __restrict__ pos, float scale, float softcap,
                             const float2* __restrict__ rope_cs, int window, int slice_len) {
@@ -84,12 +88,8 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
     for (int u = 0; u < UN; u++) {
         const int x = lo + warp + u * NW;
         if (x < hi && x != p) {
-            if (KPRE)
-#pragma unroll
-                for (int i = 0; i < DL / 2; i++) kpre[u % (KPRE ? UN : 1)][i] = *reinterpret_cast<const float2*>(kc + (size_t)x * kvdim + head + 2 * i);
-            if (VPRE)
-#pragma unroll
-                for (int i = 0; i < DL / 2; i++) vpre[u % (VPRE ? UN : 1)][i] = *reinterpret_cast<const float2*>(vc + (size_t)x * kvdim + head + 2 * i);
+            if (KPRE) kv_pairs<KT, DL>(kc, (size_t)x * kvdim + head, kpre[u % (KPRE ? UN : 1)]);
+            if (VPRE) kv_pairs<KT, DL>(vc, (size_t)x * kvdim + head, vpre[u % (VPRE ? UN : 1)]);
         }
     }
     // Where a lane holds four dimensions (one 128-wide head a block, as
@@ -106,8 +106,8 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
         for (int u = 0; u < UN; u++) {
             const int x = lo + warp + (UN + u) * NW;
             if (x < hi && x != p)
-                asm volatile("prefetch.global.L1 [%0];\n\tprefetch.global.L1 [%1];" ::"l"(kc + (size_t)x * kvdim + head),
-                             "l"(vc + (size_t)x * kvdim + head));
+                asm volatile("prefetch.global.L1 [%0];\n\tprefetch.global.L1 [%1];" ::"l"(kv_at<KT>(kc, (size_t)x * kvdim + head)),
+                             "l"(kv_at<KT>(vc, (size_t)x * kvdim + head)));
         }
     pdl_wait();
     // The lane's dimensions of its head's q and of the step's k and v,
@@ -136,13 +136,32 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
             kr[i] = upper ? kr[i] * c.x + kp * c.y : kr[i] * c.x - kp * c.y;
         }
     }
-    // The slice that holds the token stores its k and v in the caches.
-    if (lo <= p && p < hi && blk % split == 0 && warp == 0 && g == 0)
+    // The token's k and v as the cache keeps them (a q8 row's scale from
+    // its largest magnitude, over the LP lanes that hold the head), which
+    // it attends to as later tokens will read them.
+    float kscale = 0.f, vscale = 0.f;
+    if (KT == KV_Q8) {
+        float ka = 0.f, va = 0.f;
 #pragma unroll
-        for (int i = 0; i < DL; i += 2) {
-            *reinterpret_cast<float2*>(kc + (size_t)p * kvdim + head + i) = make_float2(kr[i], kr[i + 1]);
-            *reinterpret_cast<float2*>(vc + (size_t)p * kvdim + head + i) = make_float2(vr[i], vr[i + 1]);
+        for (int i = 0; i < DL; i++) ka = fmaxf(ka, fabsf(kr[i])), va = fmaxf(va, fabsf(vr[i]));
+#pragma unroll
+        for (int o = LP / 2; o > 0; o >>= 1) {
+            ka = fmaxf(ka, __shfl_xor_sync(0xffffffffu, ka, o));
+            va = fmaxf(va, __shfl_xor_sync(0xffffffffu, va, o));
         }
+        kscale = kv_scale(ka), vscale = kv_scale(va);
+    }
+#pragma unroll
+    for (int i = 0; i < DL; i++) kr[i] = kv_round<KT>(kr[i], kscale), vr[i] = kv_round<KT>(vr[i], vscale);
+    // The slice that holds the token stores its k and v in the caches.
+    if (lo <= p && p < hi && blk % split == 0 && warp == 0 && g == 0) {
+#pragma unroll
+        for (int i = 0; i < DL; i++) {
+            kv_put<KT>(kc, (size_t)p * kvdim + head + i, kr[i], kscale);
+            kv_put<KT>(vc, (size_t)p * kvdim + head + i, vr[i], vscale);
+        }
+        if (KT == KV_Q8 && li == 0) ksc[(size_t)p * kv_heads + kvh] = kscale, vsc[(size_t)p * kv_heads + kvh] = vscale;
+    }
 #pragma unroll
     for (int i = 0; i < DL; i++) qr[i] = active ? qr[i] * scale : 0.f;
 
@@ -156,19 +175,32 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
     for (int x0 = lo + warp; x0 < hi; x0 += NW * UN) {
         const bool pre = x0 == lo + warp;
         float2 kv[UN][DL / 2], vv[UN][DL / 2];
+        float ks[UN], vs[UN];  // a q8 cache's row scales (1 for the token's own, held as values)
 #pragma unroll
         for (int u = 0; u < UN; u++) {
             const int x = x0 + u * NW;
             if (x >= hi) break;
             const size_t row = (size_t)x * kvdim + head;
+            if (x == p) {
 #pragma unroll
-            for (int i = 0; i < DL / 2; i++) {
-                kv[u][i] = x == p ? make_float2(kr[2 * i], kr[2 * i + 1])
-                           : KPRE && pre ? kpre[u % (KPRE ? UN : 1)][i]
-                                         : *reinterpret_cast<const float2*>(kc + row + 2 * i);
-                vv[u][i] = x == p ? make_float2(vr[2 * i], vr[2 * i + 1])
-                           : VPRE && pre ? vpre[u % (VPRE ? UN : 1)][i]
-                                         : *reinterpret_cast<const float2*>(vc + row + 2 * i);
+                for (int i = 0; i < DL / 2; i++) kv[u][i] = make_float2(kr[2 * i], kr[2 * i + 1]), vv[u][i] = make_float2(vr[2 * i], vr[2 * i + 1]);
+            } else {
+                if (KPRE && pre) {
+#pragma unroll
+                    for (int i = 0; i < DL / 2; i++) kv[u][i] = kpre[u % (KPRE ? UN : 1)][i];
+                } else {
+                    kv_pairs<KT, DL>(kc, row, kv[u]);
+                }
+                if (VPRE && pre) {
+#pragma unroll
+                    for (int i = 0; i < DL / 2; i++) vv[u][i] = vpre[u % (VPRE ? UN : 1)][i];
+                } else {
+                    kv_pairs<KT, DL>(vc, row, vv[u]);
+                }
+            }
+            if (KT == KV_Q8) {
+                const size_t r = (size_t)x * kv_heads + kvh;
+                ks[u] = x == p ? 1.f : ksc[r], vs[u] = x == p ? 1.f : vsc[r];
             }
         }
         float d[UN], mr = m;
@@ -181,6 +213,7 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
             for (int i = 0; i < DL / 2; i++) e += qr[2 * i] * kv[u][i].x + qr[2 * i + 1] * kv[u][i].y;
 #pragma unroll
             for (int o = LP / 2; o > 0; o >>= 1) e += __shfl_xor_sync(0xffffffffu, e, o);
+            if (KT == KV_Q8) e *= ks[u];
             if (CAP) e = softcap * tanhf(e / softcap);  // Gemma 2's capped scores
             d[u] = e, mr = fmaxf(mr, e);
         }
@@ -193,8 +226,9 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
             if (x0 + u * NW >= hi) break;
             const float w = __expf(d[u] - mr);
             l += w;
+            const float wv = KT == KV_Q8 ? w * vs[u] : w;
 #pragma unroll
-            for (int i = 0; i < DL / 2; i++) acc[2 * i] += w * vv[u][i].x, acc[2 * i + 1] += w * vv[u][i].y;
+            for (int i = 0; i < DL / 2; i++) acc[2 * i] += wv * vv[u][i].x, acc[2 * i + 1] += wv * vv[u][i].y;
         }
         m = mr;
     }
@@ -269,19 +303,25 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
     if (t == 0) count[blk] = 0;
 }
 
-#define ATTN_DECODE_UN(HD, G2, UNX, suffix)                                                                   \
-    extern "C" __global__ void __launch_bounds__(32 * NW, 1)                                                  \
-        attn_decode_##HD##_##G2##suffix(const float* q, const float* kcur, const float* vcur, float* kc,      \
-                                        float* vc, float* out, float* part, int* count, int heads,            \
-                                        int kv_heads, const int* pos, float scale, float softcap,             \
-                                        const float2* rope_cs, int window, int slice_len) {                   \
-        if (softcap > 0.f) /* the cap's test out of the scores' loop */                                        \
-            attn_decode<HD, G2, UNX, true>(q, kcur, vcur, kc, vc, out, part, count, heads, kv_heads, pos,      \
-                                           scale, softcap, rope_cs, window, slice_len);                        \
-        else                                                                                                   \
-            attn_decode<HD, G2, UNX, false>(q, kcur, vcur, kc, vc, out, part, count, heads, kv_heads, pos,     \
-                                            scale, softcap, rope_cs, window, slice_len);                       \
+// One kernel per head size, group and cache type; the soft-cap's test is
+// taken out of the scores' loop (a body with and one without it).
+#define ATTN_DECODE_KT(HD, G2, UNX, suffix, KT, kts)                                                                \
+    extern "C" __global__ void __launch_bounds__(32 * NW, 1)                                                         \
+        attn_decode_##HD##_##G2##suffix##kts(const float* q, const float* kcur, const float* vcur, void* kc,        \
+                                             void* vc, float* ksc, float* vsc, float* out, float* part, int* count, \
+                                             int heads, int kv_heads, const int* pos, float scale, float softcap,    \
+                                             const float2* rope_cs, int window, int slice_len) {                    \
+        if (softcap > 0.f)                                                                                           \
+            attn_decode<HD, G2, UNX, true, KT>(q, kcur, vcur, kc, vc, ksc, vsc, out, part, count, heads, kv_heads,  \
+                                               pos, scale, softcap, rope_cs, window, slice_len);                     \
+        else                                                                                                         \
+            attn_decode<HD, G2, UNX, false, KT>(q, kcur, vcur, kc, vc, ksc, vsc, out, part, count, heads, kv_heads, \
+                                                pos, scale, softcap, rope_cs, window, slice_len);                    \
     }
+#define ATTN_DECODE_UN(HD, G2, UNX, suffix)                   \
+    ATTN_DECODE_KT(HD, G2, UNX, suffix, KV_F32, )             \
+    ATTN_DECODE_KT(HD, G2, UNX, suffix, KV_F16, _f16)         \
+    ATTN_DECODE_KT(HD, G2, UNX, suffix, KV_Q8, _q8)
 #define ATTN_DECODE(HD, G2) ATTN_DECODE_UN(HD, G2, 0, )
 ATTN_DECODE(64, 1)
 ATTN_DECODE(64, 2)

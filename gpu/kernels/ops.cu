@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "act.cuh"
+#include "kv.cuh"
 
 // block_sum and block_max reduce over a block of at most 1024 threads;
 // every thread gets the result. red needs 33 floats.
@@ -55,34 +56,43 @@ extern "C" __global__ void rope(float* __restrict__ v, int hd, const int* __rest
     h[i + half] = b * c + a * s;
 }
 
-// kv_store copies the step's k and v ([n, kvdim] each) into rows pos[y]
-// of the caches [max_seq, kvdim]. Grid: (kvdim/256 rounded up, n).
-extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __restrict__ v, float* __restrict__ kc,
-                                    float* __restrict__ vc, int kvdim, const int* __restrict__ pos) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= kvdim) return;
-    const size_t o = (size_t)pos[blockIdx.y] * kvdim + i, src = (size_t)blockIdx.y * kvdim + i;
-    kc[o] = k[src];
-    vc[o] = v[src];
+// kv_store copies the step's k and v ([n, kv_heads*hd] each) into rows
+// pos[y] of the caches [max_seq, kv_heads*hd] of type KT (kv.cuh; ksc,
+// vsc their q8 scales [max_seq, kv_heads]). Grid: (kv_heads, n); block:
+// hd threads rounded up to a warp, one a dimension of a head row.
+template <int KT>
+__device__ void kv_store(const float* __restrict__ k, const float* __restrict__ v, void* __restrict__ kc,
+                         void* __restrict__ vc, float* __restrict__ ksc, float* __restrict__ vsc, int kv_heads, int hd,
+                         const int* __restrict__ pos) {
+    __shared__ float red[33];
+    const int h = blockIdx.x, y = blockIdx.y, i = threadIdx.x, kvdim = kv_heads * hd;
+    const size_t src = (size_t)y * kvdim + (size_t)h * hd + i;
+    const float kx = i < hd ? k[src] : 0.f, vx = i < hd ? v[src] : 0.f;
+    float ks = 0.f, vs = 0.f;
+    if (KT == KV_Q8) ks = kv_scale(block_max(fabsf(kx), red)), vs = kv_scale(block_max(fabsf(vx), red));
+    const size_t o = (size_t)pos[y] * kvdim + (size_t)h * hd + i;
+    if (i < hd) kv_put<KT>(kc, o, kx, ks), kv_put<KT>(vc, o, vx, vs);
+    if (KT == KV_Q8 && i == 0) ksc[(size_t)pos[y] * kv_heads + h] = ks, vsc[(size_t)pos[y] * kv_heads + h] = vs;
 }
 
 // attention: one block per query head and token y over cache rows
 // 0..pos[y] (causal; window > 0: only the last window of them): scores in shared memory (dynamic, max_seq floats),
 // softmax, weighted sum of values. Query head h reads kv head
-// h / (heads / kv_heads). q and out are [n, heads, hd]. Grid: (heads, n);
+// h / (heads / kv_heads). q and out are [n, heads, hd]; the caches are of
+// type KT (kv.cuh). Grid: (heads, n);
 // block: 1024 threads. Each warp scores one position at a time (lanes split
 // the head, coalesced); for the values the block splits into
 // blockDim/hd groups of hd threads that take every group-th position, and
 // the groups' sums are added in shared memory. Decode (one token) may pass
 // the step's k and v as kcur, vcur: the kv store happens here (the first
 // query head of each kv head writes its cache row) and position pos[0]
-// reads kcur/vcur, so no block waits on another's write. Otherwise (null)
-// kv_store ran before.
-extern "C" __global__ void __launch_bounds__(1024) attention(const float* __restrict__ q, float* __restrict__ kc,
-                                     float* __restrict__ vc, float* __restrict__ out, int heads, int kv_heads,
-                                     int hd, const int* __restrict__ pos, float scale, float softcap, int window,
-                                     const float* __restrict__ kcur,
-                                     const float* __restrict__ vcur) {
+// reads kcur/vcur as the cache keeps them, so no block waits on another's
+// write. Otherwise (null) kv_store ran before.
+template <int KT>
+__device__ void attention(const float* __restrict__ q, void* __restrict__ kc, void* __restrict__ vc,
+                          float* __restrict__ ksc, float* __restrict__ vsc, float* __restrict__ out, int heads,
+                          int kv_heads, int hd, const int* __restrict__ pos, float scale, float softcap, int window,
+                          const float* __restrict__ kcur, const float* __restrict__ vcur) {
     extern __shared__ float sc[];
     __shared__ float red[33];
     __shared__ float part[1024];
@@ -93,18 +103,30 @@ extern "C" __global__ void __launch_bounds__(1024) attention(const float* __rest
     out += (size_t)blockIdx.y * heads * hd;
     const float* qh = q + (size_t)h * hd;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    // The step's k and v rows' q8 scales (every block of the kv head finds the same).
+    float kcs = 0.f, vcs = 0.f;
+    if (kcur != nullptr && KT == KV_Q8) {
+        float ka = 0.f, va = 0.f;
+        for (int i = threadIdx.x; i < hd; i += blockDim.x)
+            ka = fmaxf(ka, fabsf(kcur[(size_t)kvh * hd + i])), va = fmaxf(va, fabsf(vcur[(size_t)kvh * hd + i]));
+        kcs = kv_scale(block_max(ka, red)), vcs = kv_scale(block_max(va, red));
+    }
     if (kcur != nullptr && h % (heads / kv_heads) == 0) {
         for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-            kc[(size_t)(n - 1) * kvdim + (size_t)kvh * hd + i] = kcur[(size_t)kvh * hd + i];
-            vc[(size_t)(n - 1) * kvdim + (size_t)kvh * hd + i] = vcur[(size_t)kvh * hd + i];
+            kv_put<KT>(kc, (size_t)(n - 1) * kvdim + (size_t)kvh * hd + i, kcur[(size_t)kvh * hd + i], kcs);
+            kv_put<KT>(vc, (size_t)(n - 1) * kvdim + (size_t)kvh * hd + i, vcur[(size_t)kvh * hd + i], vcs);
         }
+        if (KT == KV_Q8 && threadIdx.x == 0)
+            ksc[(size_t)(n - 1) * kv_heads + kvh] = kcs, vsc[(size_t)(n - 1) * kv_heads + kvh] = vcs;
     }
     for (int t = first + warp; t < n; t += nw) {
-        const float* k = (kcur != nullptr && t == n - 1) ? kcur + (size_t)kvh * hd
-                                                         : kc + (size_t)t * kvdim + (size_t)kvh * hd;
+        const bool cur = kcur != nullptr && t == n - 1;
+        const size_t row = (size_t)t * kvdim + (size_t)kvh * hd;
         float s = 0.f;
-        for (int i = lane; i < hd; i += 32) s += qh[i] * k[i];
+        for (int i = lane; i < hd; i += 32)
+            s += qh[i] * (cur ? kv_round<KT>(kcur[(size_t)kvh * hd + i], kcs) : kv_get<KT>(kc, row + i));
         for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (KT == KV_Q8 && !cur) s *= ksc[(size_t)t * kv_heads + kvh];
         s *= scale;
         if (softcap > 0.f) s = softcap * tanhf(s / softcap);  // Gemma 2's capped scores
         if (lane == 0) sc[t] = s;
@@ -121,13 +143,17 @@ extern "C" __global__ void __launch_bounds__(1024) attention(const float* __rest
     }
     sum = block_sum(sum, red);
     const float inv = 1.f / sum;
+    // value t of dimension i, as the cache keeps it
+    auto val = [&](int t, int i) {
+        if (kcur != nullptr && t == n - 1) return kv_round<KT>(vcur[(size_t)kvh * hd + i], vcs);
+        const float x = kv_get<KT>(vc, (size_t)t * kvdim + (size_t)kvh * hd + i);
+        return KT == KV_Q8 ? x * vsc[(size_t)t * kv_heads + kvh] : x;
+    };
     if (hd <= (int)blockDim.x && blockDim.x <= 1024) {
         const int groups = blockDim.x / hd, g = threadIdx.x / hd, i = threadIdx.x % hd;
         if (g < groups) {
-            const float* v = vc + (size_t)kvh * hd + i;
             float a = 0.f;
-            for (int t = first + g; t < n; t += groups)
-                a += sc[t] * ((kcur != nullptr && t == n - 1) ? vcur[(size_t)kvh * hd + i] : v[(size_t)t * kvdim]);
+            for (int t = first + g; t < n; t += groups) a += sc[t] * val(t, i);
             part[threadIdx.x] = a;
         }
         __syncthreads();
@@ -139,13 +165,29 @@ extern "C" __global__ void __launch_bounds__(1024) attention(const float* __rest
         return;
     }
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        const float* v = vc + (size_t)kvh * hd + i;
         float a = 0.f;
-        for (int t = first; t < n; t++)
-            a += sc[t] * ((kcur != nullptr && t == n - 1) ? vcur[(size_t)kvh * hd + i] : v[(size_t)t * kvdim]);
+        for (int t = first; t < n; t++) a += sc[t] * val(t, i);
         out[(size_t)h * hd + i] = a * inv;
     }
 }
+
+// The kv store and the attention for each cache type: kv_store and
+// attention for float32, kv_store_f16 and attention_f16, kv_store_q8 and
+// attention_q8.
+#define KV_KERNELS(KT, kts)                                                                                        \
+    extern "C" __global__ void kv_store##kts(const float* k, const float* v, void* kc, void* vc, float* ksc,      \
+                                             float* vsc, int kv_heads, int hd, const int* pos) {                  \
+        kv_store<KT>(k, v, kc, vc, ksc, vsc, kv_heads, hd, pos);                                                   \
+    }                                                                                                              \
+    extern "C" __global__ void __launch_bounds__(1024)                                                             \
+        attention##kts(const float* q, void* kc, void* vc, float* ksc, float* vsc, float* out, int heads,         \
+                       int kv_heads, int hd, const int* pos, float scale, float softcap, int window,              \
+                       const float* kcur, const float* vcur) {                                                     \
+        attention<KT>(q, kc, vc, ksc, vsc, out, heads, kv_heads, hd, pos, scale, softcap, window, kcur, vcur);     \
+    }
+KV_KERNELS(KV_F32, )
+KV_KERNELS(KV_F16, _f16)
+KV_KERNELS(KV_Q8, _q8)
 
 // glu: out = act(g) * u (act.cuh).
 extern "C" __global__ void glu(const float* __restrict__ g, const float* __restrict__ u, float* __restrict__ out, int n,
