@@ -62,8 +62,9 @@ type Backend struct {
 	i8    map[int]Buffer
 	scale Buffer
 
-	idx  Buffer // argmax's result
-	topk Buffer // top-k's results (kept for the next step)
+	idx   Buffer // argmax's result
+	topk  Buffer // top-k's results (kept for the next step)
+	draws drawState
 
 	// pending is a product waiting to be added to its destination (held
 	// in scratch[2]), so the add joins the next norm of that buffer.
@@ -137,6 +138,13 @@ type stepGraph struct {
 	chainSrc   Buffer
 	chainN     int
 	chainTried bool
+	// drawChain is the step captured with a draw of its logits at
+	// drawSrc after it (chainDraw, draw.go), for drawPlan and drawOpts.
+	drawChain *Graph
+	drawSrc   Buffer
+	drawN     int
+	drawPlan  drawPlan
+	drawOpts  model.SamplerOptions
 }
 
 // NewBackend makes a model backend on d for steps of at most maxStep
@@ -180,6 +188,9 @@ func (b *Backend) Close() {
 			if s.chain != nil {
 				s.chain.Destroy()
 			}
+			if s.drawChain != nil {
+				s.drawChain.Destroy()
+			}
 		}
 		for _, m := range b.joined {
 			b.d.freeMatrix(m)
@@ -208,7 +219,8 @@ func (b *Backend) Close() {
 		for _, x := range b.bufs {
 			all = append(all, x.b)
 		}
-		all = append(append(append(all, b.scratch[:]...), b.retired...), b.step, b.scale, b.idx, b.topk)
+		all = append(append(append(all, b.scratch[:]...), b.retired...), b.step, b.scale, b.idx, b.topk,
+			b.draws.cands, b.draws.id, b.draws.plog, b.draws.state)
 		for _, x := range b.biases {
 			all = append(all, x)
 		}
@@ -527,7 +539,7 @@ func (b *Backend) Step(ctx context.Context, st *model.Step, pass func() error) (
 		return nil
 	}
 	decode := len(seq.Tokens) == 1 && st.Key != nil && !b.noGraphs
-	if !decode || !b.chained(st.Key, seq.Tokens, seq.Pos) {
+	if !decode || !b.chained(st.Key, seq.Tokens, seq.Pos, st.Want) {
 		b.setStep(seq)
 		var err error
 		if decode {
@@ -553,6 +565,25 @@ func (b *Backend) Step(ctx context.Context, st *model.Step, pass func() error) (
 				return nil, err
 			}
 			res.Cands = append(res.Cands, cands)
+		}
+		if d := w.Draw; d != nil && !w.Logits && rows == 1 {
+			if p, ok := planDraw(d, vocab); ok {
+				var id int
+				var err error
+				if decode && seq.Pos+2 <= c.shape.Positions {
+					// The next step, on this id, is queued before it comes back.
+					id, err = b.chainDraw(st.Key, seq, row, vocab, d, p)
+				} else {
+					id, err = b.drawOnce(row, vocab, d, p)
+				}
+				if err != nil {
+					return nil, err
+				}
+				if id >= 0 {
+					res.Next, res.Drawn = append(res.Next, id), true
+				}
+			}
+			continue
 		}
 		if w.Greedy && !w.Logits {
 			var id int

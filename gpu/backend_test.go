@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -484,6 +485,119 @@ func TestBackendFlatKernels(t *testing.T) {
 		d.do(func() error { k = d.kernelFor(w, matvecOpts{act: -1, int8: true}); return nil })
 		if k.kind != kindFlat {
 			t.Errorf("joined %dx%d weight takes kernel %s, not a flat one", w.Rows, w.Cols, k)
+		}
+	}
+}
+
+// TestDraw checks the device's draw against the host's sampler on the
+// same logits: for peaked and flat distributions, top-k, top-p, min-p and
+// the repetition penalty, every draw the device settles is the host's
+// token, and the draws it leaves (-1) are only those whose candidates
+// are a head of the vocabulary.
+func TestDraw(t *testing.T) {
+	d := openOrSkip(t)
+	b, err := NewBackend(d, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	r := rand.New(rand.NewPCG(41, 42))
+	const n = 32000
+	for _, tc := range []struct {
+		name   string
+		spread float64 // logits' standard deviation: large is peaked
+		o      model.SamplerOptions
+		recent bool
+	}{
+		{"topk-topp", 3, model.SamplerOptions{Temperature: 0.8, TopK: 40, TopP: 0.9}, false},
+		{"topp", 3, model.SamplerOptions{Temperature: 0.8, TopP: 0.9}, false},
+		{"minp", 3, model.SamplerOptions{Temperature: 1, MinP: 0.05}, false},
+		{"temp-only", 4, model.SamplerOptions{Temperature: 0.7}, false},
+		{"flat", 0.5, model.SamplerOptions{Temperature: 1.5, TopP: 0.95}, false},
+		{"penalty", 3, model.SamplerOptions{Temperature: 0.8, TopK: 40, TopP: 0.9, RepeatPenalty: 1.3, RepeatLastN: 64}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			settled := 0
+			for i := range 40 {
+				x := make([]float32, n)
+				for j := range x {
+					x[j] = float32(r.NormFloat64() * tc.spread)
+				}
+				dr := &model.Draw{Options: tc.o, Index: uint64(i)}
+				dr.Options.Seed = uint64(7 + i)
+				if tc.recent {
+					// the likeliest tokens, some twice: the penalty must move the draw
+					for j := range 48 {
+						dr.Recent = append(dr.Recent, model.Argmax(x)+j%24)
+					}
+				}
+				p, ok := planDraw(dr, n)
+				if !ok {
+					t.Fatalf("the device does not take %+v", tc.o)
+				}
+				got, err := b.drawOnce(up(t, d, x, 0), n, dr, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := model.SampleDraw(x, dr)
+				if got < 0 {
+					if !p.partial {
+						t.Fatalf("draw %d: not settled over %d exact candidates", i, p.k)
+					}
+					continue
+				}
+				settled++
+				if got != want {
+					t.Fatalf("draw %d: device %d, host %d", i, got, want)
+				}
+			}
+			if tc.spread >= 3 && settled < 30 {
+				t.Fatalf("only %d of 40 peaked draws settled on the device", settled)
+			}
+			t.Logf("%d of 40 settled on the device", settled)
+		})
+	}
+}
+
+// TestChainDraw generates with sampling on the GPU, chained and not: the
+// same tokens, with the chained steps' draws in their graphs, through
+// truncations and a penalty.
+func TestChainDraw(t *testing.T) {
+	d := openOrSkip(t)
+	ctx := context.Background()
+	m := fixtureModel(t, wideSpec("LlamaForCausalLM"), quantize.Q4)
+	for _, o := range []model.SamplerOptions{
+		{Temperature: 0.8, TopK: 40, TopP: 0.9, Seed: 1},
+		{Temperature: 1, TopP: 0.95, Seed: 2},
+		{Temperature: 0.8, MinP: 0.05, RepeatPenalty: 1.2, RepeatLastN: 16, Seed: 3},
+	} {
+		const positions = 96
+		chained, cb := newGPUSession(t, d, m, positions, 8)
+		plain, pb := newGPUSession(t, d, m, positions, 8)
+		pb.noChain = true
+		var toks [2][]int
+		for i, s := range []*model.Session{chained, plain} {
+			sm, err := model.NewSampler(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := model.Generate(ctx, s, []int{3, 4, 5}, model.GenerateOptions{MaxTokens: 40, Sampler: sm})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A second turn from a truncated history, as a chat edits it.
+			s.Truncate(s.Pos() - 5)
+			st2, err := model.Generate(ctx, s, []int{6}, model.GenerateOptions{MaxTokens: 40, Sampler: sm})
+			if err != nil {
+				t.Fatal(err)
+			}
+			toks[i] = append(st.Tokens, st2.Tokens...)
+		}
+		if !slices.Equal(toks[0], toks[1]) {
+			t.Fatalf("%+v: chained %v, plain %v", o, toks[0], toks[1])
+		}
+		if onlyStep(t, cb).drawChain == nil {
+			t.Fatalf("%+v: the chained steps ran without their draw in the graph", o)
 		}
 	}
 }

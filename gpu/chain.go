@@ -1,5 +1,11 @@
 package gpu
 
+import (
+	"slices"
+
+	"lowbit/model"
+)
+
 // Greedy decode steps chained on the device.
 //
 // Unchained, between two greedy tokens the host waits for the step, copies
@@ -26,6 +32,11 @@ type chainedStep struct {
 	key      any
 	tok, pos int
 	argmaxed bool
+	// draw is the draw the step's graph made on its logits (chainDraw)
+	// as the next call must ask it (its index and recent tokens
+	// advanced), and plan how.
+	draw *model.Draw
+	plan drawPlan
 }
 
 // chainGreedy is the argmax of src[0..n), the logits of key's decode
@@ -109,12 +120,21 @@ func (b *Backend) captureChain(s *stepGraph, src Buffer, n int) error {
 }
 
 // chained says whether key's step on tokens at pos is the one chainGreedy
-// queued (then it is running already, and its logits come with the next
-// chainGreedy or argmax). Any answer ends the chain.
-func (b *Backend) chained(key any, tokens []int, pos int) bool {
+// or chainDraw queued (then it is running already, and its logits come
+// with the next chainGreedy or argmax). A step whose graph argmaxed or
+// drew (and so moved the token and position on) is that step only for a
+// call that wants the same again. Any answer ends the chain.
+func (b *Backend) chained(key any, tokens []int, pos int, w model.Want) bool {
 	c := b.chain
 	b.chain, b.running = nil, nil
 	ok := c != nil && c.key == key && len(tokens) == 1 && tokens[0] == c.tok && pos == c.pos && b.err == nil
+	switch {
+	case !ok:
+	case c.argmaxed:
+		ok = w.Draw == nil
+	case c.draw != nil:
+		ok = w.Draw != nil && !w.Logits && sameDraw(c.draw, w.Draw)
+	}
 	if ok {
 		b.running = c
 	}
@@ -154,4 +174,10 @@ func (d *Device) idFromHost(pos int) (int32, error) {
 		return 0, err
 	}
 	return (*[2]int32)(d.idHost.Host())[pos&1], nil
+}
+
+// sameDraw says whether two draws ask the same: options, index and
+// recent tokens.
+func sameDraw(a, b *model.Draw) bool {
+	return a.Options == b.Options && a.Index == b.Index && slices.Equal(a.Recent, b.Recent)
 }

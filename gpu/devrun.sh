@@ -45,9 +45,9 @@ bench() {
 	local shape=$1 bits=$2
 	shift 2
 	local line out
-	out=$(env "$@" "${LOWBIT:-$BIN/lowbit}" bench --shape "$shape" --bits "$bits" -p "${PP:-0}" -n 128 -d "${DEPTH:-0}" -r "${REPS:-3}" --device cuda -q 2>&1)
-	line=$(echo "$out" | grep -E '^\| .*(tg|pp)[0-9]' | awk -F'|' '{printf "%s %s", $6, $7}')
-	log "$shape $bits ${DEPTH:+d$DEPTH }$* :$line"
+	out=$(env "$@" "${LOWBIT:-$BIN/lowbit}" bench --shape "$shape" --bits "$bits" -p "${PP:-0}" -n 128 -d "${DEPTH:-0}" -r "${REPS:-3}" --device cuda -q ${KV:+--kv-cache $KV} ${SAMPLE:+$SAMPLE} 2>&1)
+	line=$(echo "$out" | grep -E '^\| .*(tg|pp)[0-9]' | awk -F'|' '{printf "%s %s", $(NF-2), $(NF-1)}')
+	log "$shape $bits ${DEPTH:+d$DEPTH }${KV:+kv=$KV }${SAMPLE:+[$SAMPLE] }$* :$line"
 	echo "$out" | grep -E 'achieved' | sed 's/^/   /' >>"$OUT/summary.txt"
 }
 
@@ -161,6 +161,28 @@ t.LlamaForCausalLM(c).to(torch.float16).save_pretrained('$m')
 	log "serve exit $?"
 	for f in load-decode load-ttft; do
 		log "$f: $(tr -d ' \n' <"$OUT/$f.json" | grep -oE '"(completed|total_input_tokens|total_output_tokens|output_throughput)":[0-9.]+|"(ttft|tpot|itl)":\{[^}]*\}' | tr '\n' ' ')"
+	done
+}
+
+# kv: decode at depth with each KV cache type, against the baseline
+# (its cache is f32; the old binary knows no --kv-cache).
+kv() {
+	for round in 1 2; do
+		DEPTH=1900 base tinyllama 4
+		for t in f32 f16 q8; do DEPTH=1900 KV=$t bench tinyllama 4; done
+		DEPTH=3900 base llama2-7b 4
+		for t in f32 f16 q8; do DEPTH=3900 KV=$t bench llama2-7b 4; done
+	done
+}
+
+# sampled: greedy against sampled decode (the issue's two settings), on
+# this build, and depth 0 against the baseline.
+sampled() {
+	for b in "tinyllama 4" "llama2-7b 4"; do
+		base $b
+		bench $b
+		SAMPLE="--temp 0.8 --top-p 0.9 --top-k 40" bench $b
+		SAMPLE="--temp 0.8 --top-p 0.9 --top-k 40 --repeat-penalty 1.1" bench $b
 	done
 }
 

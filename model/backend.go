@@ -276,14 +276,31 @@ type Want struct {
 	// the softmax denominator (sampling's candidates).
 	TopK int
 	Temp float32
+	// Draw, when set, draws the next token where the logits are, as a
+	// Sampler draws it (Sampler.Draw makes the request): its id comes
+	// back in Next, and Drawn says the draw was settled there. Where it
+	// was not (a filter reaching past what the backend found), the logits
+	// are kept for the caller to sample from (Session.LastLogits).
+	Draw *Draw
+}
+
+// Draw asks a backend to draw a token: the sampler's options (a
+// temperature above 0), the index of the draw in the sampler's sequence
+// (its uniform), and the tokens the repetition penalty looks at.
+type Draw struct {
+	Options SamplerOptions
+	Index   uint64
+	Recent  []int
 }
 
 // StepResult is what Step returns, for each row of the logits.
 type StepResult struct {
 	// Logits are [rows, vocab] (Want.Logits).
 	Logits []float32
-	// Next are the argmax ids (Want.Greedy).
+	// Next are the argmax ids (Want.Greedy) or the drawn ones (Want.Draw).
 	Next []int
+	// Drawn says Next holds the tokens Want.Draw asked for.
+	Drawn bool
 	// Cands are the candidates (Want.TopK).
 	Cands []*Candidates
 }

@@ -168,7 +168,10 @@ func (c *CPU) Step(ctx context.Context, st *Step, pass func() error) (*StepResul
 	}
 	for r := 0; r < len(logits)/st.Vocab; r++ {
 		row := logits[r*st.Vocab : (r+1)*st.Vocab]
-		if st.Want.Greedy {
+		switch {
+		case st.Want.Draw != nil:
+			res.Next, res.Drawn = append(res.Next, SampleDraw(row, st.Want.Draw)), true
+		case st.Want.Greedy:
 			res.Next = append(res.Next, Argmax(row))
 		}
 		if st.Want.TopK > 0 {

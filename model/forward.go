@@ -186,8 +186,28 @@ func (s *Session) NextCandidates(ctx context.Context, tokens []int, k int, temp 
 	return res.Cands[0], nil
 }
 
+// NextDrawn appends tokens and has the backend draw the next token as
+// the sampler d came from would (Sampler.Draw), where the logits are. It
+// reports false where the backend could not settle the draw: the logits
+// are then kept for LastLogits, and the caller samples from them.
+func (s *Session) NextDrawn(ctx context.Context, tokens []int, d *Draw) (int, bool, error) {
+	res, err := s.run(ctx, tokens, Want{Draw: d}, false, nil)
+	if err != nil {
+		return 0, false, err
+	}
+	if !res.Drawn {
+		s.kept = true
+		return 0, false, nil
+	}
+	if len(res.Next) != 1 {
+		return 0, false, fmt.Errorf("model: %s: a drawing step returned %d ids", s.be.Name(), len(res.Next))
+	}
+	return res.Next[0], true, nil
+}
+
 // LastLogits copies back the logits of the last step, when it was
-// NextCandidates's (other steps return theirs, or keep none).
+// NextCandidates's or an unsettled NextDrawn's (other steps return
+// theirs, or keep none).
 func (s *Session) LastLogits() ([]float32, error) {
 	if !s.kept {
 		return nil, fmt.Errorf("model: the last step kept no logits")
@@ -239,7 +259,7 @@ func (s *Session) run(ctx context.Context, tokens []int, want Want, all bool, ou
 			return nil, err
 		}
 		res.Logits = append(res.Logits, r.Logits...)
-		res.Next, res.Cands = r.Next, r.Cands
+		res.Next, res.Cands, res.Drawn = r.Next, r.Cands, r.Drawn
 	}
 	return res, nil
 }

@@ -68,10 +68,11 @@ func rate(n int, d time.Duration) float64 {
 	return float64(n) / d.Seconds()
 }
 
-// sampleCandidates is how many of the most likely tokens a sampled step
-// asks the backend for: enough for top-k, top-p and min-p on a
-// trained model's peaked distributions.
-const sampleCandidates = 256
+// DrawCandidates is how many of the most likely tokens a backend that
+// draws on its device (Want.Draw) takes where top-k does not bound them:
+// enough for top-p and min-p on a trained model's peaked distributions;
+// a draw reaching past them is left to the host.
+const DrawCandidates = 256
 
 // Generate feeds prompt to the session (after whatever it already holds,
 // so a chat keeps its history) and samples up to MaxTokens tokens, one
@@ -98,10 +99,9 @@ func Generate(ctx context.Context, s *Session, prompt []int, opts GenerateOption
 	// Greedy decoding asks the session for the id alone: on a GPU the
 	// logits then stay on the device.
 	greedy := sampler.argmaxOnly()
-	// Sampling asks for the most likely candidates, found where the
-	// logits are, and reads every logit only when they do not settle the
-	// choice.
-	candidates := sampler.CandidateSampling()
+	// Sampling has the backend draw the token where the logits are (on
+	// a GPU the next step is queued on it before it comes back), and
+	// reads every logit only when what it found does not settle the draw.
 	var lp TokenLogprobs // the last step's, when OnLogprobs asks for them
 	next := func(tokens []int) (int, error) {
 		if opts.OnLogprobs != nil {
@@ -116,23 +116,23 @@ func Generate(ctx context.Context, s *Session, prompt []int, opts GenerateOption
 		if greedy {
 			return s.NextGreedy(ctx, tokens)
 		}
-		if candidates {
-			c, err := s.NextCandidates(ctx, tokens, sampleCandidates, sampler.opts.Temperature)
-			if err != nil {
-				return 0, err
-			}
-			if c.Exact {
-				if id, ok := sampler.PickCandidates(c.IDs, c.Logits, c.SumExp); ok {
-					return id, nil
-				}
-			}
-			logits, err := s.LastLogits()
+		d := sampler.Draw(history)
+		if d == nil { // a penalty without a temperature: the argmax of every penalized logit
+			logits, err := s.Forward(ctx, tokens)
 			if err != nil {
 				return 0, err
 			}
 			return sampler.Sample(logits, history), nil
 		}
-		logits, err := s.Forward(ctx, tokens)
+		id, ok, err := s.NextDrawn(ctx, tokens, d)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			sampler.Accept()
+			return id, nil
+		}
+		logits, err := s.LastLogits()
 		if err != nil {
 			return 0, err
 		}

@@ -3,7 +3,6 @@ package model
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 )
 
@@ -25,21 +24,33 @@ type SamplerOptions struct {
 	RepeatPenalty float32
 	// RepeatLastN is the history window of the penalty (0: 64, -1: all).
 	RepeatLastN int
-	// Seed seeds the sampler's own PCG generator: a seed gives one sequence.
+	// Seed seeds the sampler's draws: a seed gives one sequence.
 	Seed uint64
 }
 
 // Sampler picks tokens; it is deterministic for a seed and not safe for
-// concurrent use.
+// concurrent use. Draw i's uniform is a function of the seed and i alone
+// (drawUniform), so a backend that draws on its device from the same
+// candidates picks the same token without the host's generator.
 type Sampler struct {
 	opts  SamplerOptions
-	rng   *rand.Rand
 	cands []cand
 	buf   []float32
-	// u is a uniform drawn for a choice that the most likely candidates
-	// could not settle (PickCandidates): the next choice uses it.
-	u    float64
-	hasU bool
+	// n is the number of tokens drawn: the next draw's index. A choice the
+	// most likely candidates could not settle (PickCandidates) leaves it,
+	// so the Sample that follows uses the same uniform.
+	n uint64
+}
+
+// drawUniform is the uniform in [0, 1) of draw i of a seed: splitmix64 of
+// seed + (i+1) times the golden ratio, its top 53 bits (the GPU's draw
+// kernel computes the same, gpu/kernels/sample.cu).
+func drawUniform(seed, i uint64) float64 {
+	z := seed + (i+1)*0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return float64(z>>11) / (1 << 53)
 }
 
 type cand struct {
@@ -66,7 +77,7 @@ func NewSampler(o SamplerOptions) (*Sampler, error) {
 	if o.RepeatLastN == 0 {
 		o.RepeatLastN = 64
 	}
-	return &Sampler{opts: o, rng: rand.New(rand.NewPCG(o.Seed, 0x6c6f77626974))}, nil
+	return &Sampler{opts: o}, nil
 }
 
 // Greedy returns a sampler that always picks the most likely token.
@@ -261,28 +272,49 @@ func (s *Sampler) pick(c []cand, sumExp float64, partial bool) (int, bool) {
 	if partial {
 		total += math.Max(0, (sumExp-head)/sumExp) // the rest of the vocabulary
 	}
-	u := s.uniform()
-	r := u * total
+	r := drawUniform(o.Seed, s.n) * total
 	for _, k := range c {
 		r -= float64(k.p)
 		if r < 0 {
+			s.n++
 			return k.id, true
 		}
 	}
 	if partial {
-		s.u, s.hasU = u, true // the draw fell past the candidates
-		return 0, false
+		return 0, false // the draw fell past the candidates
 	}
+	s.n++
 	return c[len(c)-1].id, true
 }
 
-// uniform is the next uniform draw, or the one a choice left pending.
-func (s *Sampler) uniform() float64 {
-	if s.hasU {
-		s.hasU = false
-		return s.u
+// Draw is the request for a backend to draw the next token itself as s
+// would (Want.Draw), given the sequence so far; nil where s is greedy.
+// A draw the backend made is s's only after Accept.
+func (s *Sampler) Draw(history []int) *Draw {
+	o := s.opts
+	if o.Temperature <= 0 {
+		return nil
 	}
-	return s.rng.Float64()
+	d := &Draw{Options: o, Index: s.n}
+	if o.RepeatPenalty > 0 && o.RepeatPenalty != 1 {
+		h := history
+		if o.RepeatLastN > 0 && len(h) > o.RepeatLastN {
+			h = h[len(h)-o.RepeatLastN:]
+		}
+		d.Recent = slices.Clone(h)
+	}
+	return d
+}
+
+// Accept counts a token a backend drew for s (Draw): the next draw takes
+// the next uniform.
+func (s *Sampler) Accept() { s.n++ }
+
+// SampleDraw is the token d asks for from logits, drawn on the host: the
+// CPU backend's way, and the reference a device's draws are held to.
+func SampleDraw(logits []float32, d *Draw) int {
+	s := &Sampler{opts: d.Options, n: d.Index}
+	return s.Sample(logits, d.Recent)
 }
 
 // Argmax is the index of the largest value (the first on ties): the

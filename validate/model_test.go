@@ -72,13 +72,22 @@ func TestCompareStories(t *testing.T) {
 		}
 		prev = rep
 	}
-	// The float model against itself: no divergence at all.
-	rep, err := validate.CompareModels(context.Background(), ref, ref, tok, validate.ModelOptions{MaxTokens: 200, Thresholds: validate.DefaultThresholds("f32")})
+	// The float model against itself, both caches f32: no divergence at all.
+	opts := validate.ModelOptions{MaxTokens: 200, Thresholds: validate.DefaultThresholds("f32"), KVCache: model.KVF32}
+	rep, err := validate.CompareModels(context.Background(), ref, ref, tok, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rep.Status != validate.Pass || rep.KLDMax > 1e-9 || rep.Top1 != 1 || rep.PPLRatio != 1 {
 		t.Errorf("self comparison: %+v", rep)
+	}
+	// Each cache type alone: f16 within float rounding, q8 above it.
+	caches, err := validate.CompareKVCaches(context.Background(), ref, tok, []model.KVType{model.KVF16, model.KVQ8}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(caches) != 2 || caches[0].Format != "kv f16" || caches[0].Status != validate.Pass || !(caches[1].KLDMean > caches[0].KLDMean) {
+		t.Errorf("cache comparisons: %+v", caches)
 	}
 }
 

@@ -114,3 +114,119 @@ extern "C" __global__ void __launch_bounds__(NT) topk(const float* x, int n, int
         stats[0] = bad ? 0 : 1;
     }
 }
+
+// penalize applies the repetition penalty to x[0..n) (a copy of the
+// logits) as the host's sampler does: the logit of each distinct token
+// among recent[0..min(count[0], w)) is divided by penalty when positive,
+// multiplied by it otherwise. One block; thread j takes recent[j] unless
+// an earlier entry holds the same token, so each token is penalized once.
+extern "C" __global__ void __launch_bounds__(1024) penalize(float* __restrict__ x, int n, const int* recent,
+                                                            const int* count, int w, float penalty) {
+    extern __shared__ int ids[];  // [w]
+    pdl_launch_dependents();
+    pdl_wait();
+    const int m = min(ld_dep(count), w);
+    for (int j = threadIdx.x; j < m; j += blockDim.x) ids[j] = ld_dep(recent + j);
+    __syncthreads();
+    for (int j = threadIdx.x; j < m; j += blockDim.x) {
+        const int id = ids[j];
+        if (id < 0 || id >= n) continue;
+        bool dup = false;
+        for (int i = 0; i < j && !dup; i++) dup = ids[i] == id;
+        if (dup) continue;
+        const float v = x[id];
+        x[id] = v > 0.f ? __fdiv_rn(v, penalty) : __fmul_rn(v, penalty);
+    }
+}
+
+// draw_uniform is the uniform in [0, 1) of draw number i of a seed:
+// splitmix64 of seed + (i+1) * golden ratio, its top 53 bits (the host's
+// sampler computes the same, model/sample.go).
+__device__ __forceinline__ double draw_uniform(unsigned long long seed, unsigned long long i) {
+    unsigned long long z = seed + (i + 1) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53;
+}
+
+// draw picks the next token from topk's k candidates (val, idx, stats,
+// sumexp: its output) as the host's sampler picks from them
+// (Sampler.pick): softmax at temp (over the whole vocabulary when
+// partial, the candidates being its head), top-p, min-p, then the
+// uniform of draw counter[0] of seed. The id goes to out[0], or -1 where
+// the candidates do not settle the draw (not exact, or a filter or the
+// draw reaching past them): the host then samples from all logits. With
+// tok set it chains the next step as argmax does: tok[0] the id (0 for
+// none), pos[0] the next position, host[pos & 1] the id, the draw counter
+// advanced and the id appended to the ring of recent tokens (recent[w],
+// count[0] entries so far). One warp: the exponentials spread over its
+// lanes, the sums taken by one lane in the host's order. Dynamic shared
+// memory: k floats.
+extern "C" __global__ void __launch_bounds__(32) draw(const float* val, const int* idx, const int* stats,
+                                                      const double* sumexp, int k, int partial, float temp, float topp,
+                                                      float minp, unsigned long long seed,
+                                                      unsigned long long* __restrict__ counter, int* __restrict__ out,
+                                                      int* __restrict__ tok, int* __restrict__ pos,
+                                                      int* __restrict__ host, int* __restrict__ recent,
+                                                      int* __restrict__ count, int w) {
+    extern __shared__ float p[];  // [k]
+    pdl_launch_dependents();
+    pdl_wait();
+    const int lane = threadIdx.x;
+    const float top = ld_dep(val);
+    for (int i = lane; i < k; i += 32) p[i] = (float)exp((double)__fdiv_rn(__fsub_rn(ld_dep(val + i), top), temp));
+    __syncwarp();
+    if (lane != 0) return;
+    int id = -1;
+    if (ld_dep(stats) == 1) {
+        double sum = 0.0;
+        for (int i = 0; i < k; i++) sum += (double)p[i];
+        const double head = sum, all = ld_dep(sumexp);
+        if (partial) sum = all;
+        for (int i = 0; i < k; i++) p[i] = (float)((double)p[i] / sum);
+        int n = k;
+        bool part = partial, ok = true;
+        if (topp > 0.f && topp < 1.f) {
+            float cum = 0.f;
+            bool reached = false;
+            for (int i = 0; i < n; i++) {
+                cum = __fadd_rn(cum, p[i]);
+                if (cum >= topp) {
+                    n = i + 1, reached = true;
+                    break;
+                }
+            }
+            ok = !(part && !reached);
+            part = part && !reached;
+        }
+        if (ok && minp > 0.f) {
+            const float limit = __fmul_rn(minp, p[0]);
+            int m = 1;
+            while (m < n && p[m] >= limit) m++;
+            ok = !(part && m == n);
+            n = m, part = false;
+        }
+        if (ok) {
+            double total = 0.0;
+            for (int i = 0; i < n; i++) total += (double)p[i];
+            if (part) total += fmax(0.0, (all - head) / all);
+            double r = draw_uniform(seed, *counter) * total;
+            for (int i = 0; i < n && id < 0; i++) {
+                r -= (double)p[i];
+                if (r < 0.0) id = ld_dep(idx + i);
+            }
+            if (id < 0 && !part) id = ld_dep(idx + n - 1);
+        }
+    }
+    out[0] = id;
+    if (tok != nullptr) {
+        const int q = pos[0];
+        tok[0] = id >= 0 ? id : 0, pos[0] = q + 1;
+        reinterpret_cast<volatile int*>(host)[q & 1] = id;
+        *counter += 1;
+        const int c = *count;
+        recent[c % w] = id;
+        *count = c + 1;
+    }
+}
