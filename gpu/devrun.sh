@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/devrun}
 mkdir -p "$OUT"
 BIN=$PWD/.devbin
-[ -f "$BIN/bin.tgz" ] && tar xzf "$BIN/bin.tgz" -C "$BIN" # the binaries travel packed
+for f in "$BIN"/bin.tgz "$BIN"/bin.txz; do [ -f "$f" ] && tar xf "$f" -C "$BIN"; done # the binaries travel packed
 export LOWBIT_PTX_DIR=$PWD/gpu/kernels
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 
