@@ -28,7 +28,7 @@ type Options struct {
 	// settings (a fresh sampler, seed 1, for every repetition) instead of
 	// taking the greedy one; the test is named "tg128 sampled".
 	Sampling *model.SamplerOptions
-	// KVCache is how the cache stores keys and values (zero: f16).
+	// KVCache is how the cache stores keys and values (zero: f32).
 	KVCache model.KVType
 	// Progress, when not nil, gets a line per repetition.
 	Progress io.Writer

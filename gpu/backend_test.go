@@ -510,7 +510,7 @@ func TestDraw(t *testing.T) {
 		recent bool
 	}{
 		{"topk-topp", 3, model.SamplerOptions{Temperature: 0.8, TopK: 40, TopP: 0.9}, false},
-		{"topp", 3, model.SamplerOptions{Temperature: 0.8, TopP: 0.9}, false},
+		{"topp", 6, model.SamplerOptions{Temperature: 0.8, TopP: 0.9}, false},
 		{"minp", 3, model.SamplerOptions{Temperature: 1, MinP: 0.05}, false},
 		{"temp-only", 4, model.SamplerOptions{Temperature: 0.7}, false},
 		{"flat", 0.5, model.SamplerOptions{Temperature: 1.5, TopP: 0.95}, false},

@@ -90,7 +90,7 @@ func (c *CPU) Alloc(n int) (Buf, error) {
 
 // NewCache implements Backend.
 func (c *CPU) NewCache(s CacheShape) (Cache, error) {
-	if s.Layers <= 0 || s.Slots <= 0 || s.Positions <= 0 || s.KVDim <= 0 || s.Type < KVF16 || s.Type > KVQ8 {
+	if s.Layers <= 0 || s.Slots <= 0 || s.Positions <= 0 || s.KVDim <= 0 || s.Type < KVF32 || s.Type > KVQ8 {
 		return Cache{}, fmt.Errorf("cpu: bad cache geometry %d layers x %d slots x %d positions x %d", s.Layers, s.Slots, s.Positions, s.KVDim)
 	}
 	kc := &cpuCache{shape: s}

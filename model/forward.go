@@ -15,7 +15,7 @@ type SessionOptions struct {
 	Context int
 	// Batch is the most tokens processed at once in prefill (0: 64).
 	Batch int
-	// KVCache is how the cache stores keys and values (the zero value: f16).
+	// KVCache is how the cache stores keys and values (the zero value: f32).
 	KVCache KVType
 }
 

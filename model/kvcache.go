@@ -8,26 +8,28 @@ import (
 	"lowbit/half"
 )
 
-// KVType is how a KV cache stores keys and values. A long context reads
-// the whole cache every token, so its width sets decode speed there: f16
-// halves what f32 reads, q8 (int8 codes with a float32 scale per head
-// row) quarters it. Every backend keeps the same rounded values, so the
-// CPU measures what a cache type costs in accuracy (validate).
+// KVType is how a KV cache stores keys and values: f16 halves the memory
+// f32 takes, q8 (int8 codes with a float32 scale per head row) quarters
+// it, so a long context fits where it would not. Every backend keeps the
+// same rounded values, so the CPU measures what a cache type costs in
+// accuracy (validate). f32 stays the default: the GPU's decode attention
+// is not bound by the bytes it reads, and converting each value costs it
+// more than the narrower reads save (BENCHMARKS.md).
 type KVType int
 
-// The cache types; the zero value is f16, the default.
+// The cache types; the zero value is f32, the default.
 const (
-	KVF16 KVType = iota
-	KVF32
+	KVF32 KVType = iota
+	KVF16
 	KVQ8
 )
 
 // ParseKVType reads a --kv-cache value.
 func ParseKVType(s string) (KVType, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "f16", "fp16", "":
+	case "f16", "fp16":
 		return KVF16, nil
-	case "f32", "fp32":
+	case "f32", "fp32", "":
 		return KVF32, nil
 	case "q8", "q8_0", "int8":
 		return KVQ8, nil

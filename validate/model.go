@@ -71,8 +71,8 @@ type ModelOptions struct {
 	// Backend runs both models (nil: the CPU).
 	Backend func() (model.Backend, error)
 	// KVCache is how the quantized model's cache stores keys and values
-	// (the zero value: f16); the reference's cache is always f32, so the
-	// report counts what the cache costs with what the weights cost.
+	// (the zero value: f32); the reference's cache is always f32, so the
+	// report counts what a narrower cache costs with what the weights cost.
 	KVCache model.KVType
 }
 

@@ -101,4 +101,4 @@ func (f *kvCacheFlag) Set(s string) error {
 }
 
 // kvCacheUsage is --kv-cache's help.
-const kvCacheUsage = "how the KV cache stores keys and values: f16, q8 (int8 with a scale per head row; a quarter of f32) or f32"
+const kvCacheUsage = "how the KV cache stores keys and values: f32, f16 (half the memory) or q8 (int8 with a scale per head row: a quarter)"
