@@ -110,7 +110,7 @@ func Generate(ctx context.Context, s *Session, prompt []int, opts GenerateOption
 				return 0, err
 			}
 			id := sampler.Sample(logits, history)
-			lp = logprobsOf(logits, id, opts.TopLogprobs)
+			lp = LogprobsOf(logits, id, opts.TopLogprobs)
 			return id, nil
 		}
 		if greedy {
