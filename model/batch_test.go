@@ -57,7 +57,7 @@ func TestStepBatchEqualsAlone(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				fed := make([]int, len(prompts))    // prompt tokens in the cache
+				fed := make([]int, len(prompts))     // prompt tokens in the cache
 				decoded := make([]int, len(prompts)) // decode tokens fed
 				got := make([][][]float32, len(prompts))
 				for step := 0; ; step++ {
