@@ -106,7 +106,7 @@ func TestServeSIGTERM(t *testing.T) {
 }
 
 func TestLoadtest(t *testing.T) {
-	r, tpl := servetest.Runner(t, true)
+	r, tpl := servetest.Runner(t, true, servetest.Options{Slots: 4})
 	srv, err := serve.New([]serve.Model{{Name: "tiny", Runner: r, Template: tpl}}, serve.Options{APIKey: "k"})
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 )
 
 func TestRun(t *testing.T) {
-	r, tpl := servetest.Runner(t, false)
+	r, tpl := servetest.Runner(t, false, servetest.Options{Slots: 4})
 	s, err := serve.New([]serve.Model{{Name: "tiny", Runner: r, Template: tpl}}, serve.Options{})
 	if err != nil {
 		t.Fatal(err)
