@@ -29,6 +29,9 @@ type Options struct {
 	// Stop ends generation at the first of these strings, which is left out
 	// of the text.
 	Stop []string
+	// IgnoreEOS generates past the model's end-of-sequence ids, up to
+	// MaxTokens (for benchmarks that want every request's full length).
+	IgnoreEOS bool
 	// OnLogprobs, when set, receives each generated token's log-probability
 	// (see model.GenerateOptions) with its text, before the writer gets that
 	// text.
@@ -175,6 +178,9 @@ func (r *Runner) Generate(ctx context.Context, ids []int, opts Options, w io.Wri
 		Sampler:   sampler,
 		StopIDs:   eosIDs(r.tok),
 		OnToken:   out.token,
+	}
+	if opts.IgnoreEOS {
+		gen.StopIDs = nil
 	}
 	if opts.OnLogprobs != nil {
 		out.onLogprobs = opts.OnLogprobs

@@ -341,6 +341,7 @@ func TestErrors(t *testing.T) {
 		{"top_p", "/v1/completions", `{"model": "plain", "prompt": "a", "top_p": 0}`, 400, "top_p", "", "more than 0"},
 		{"max_tokens", "/v1/completions", `{"model": "plain", "prompt": "a", "max_tokens": 0}`, 400, "max_tokens", "", "1 or more"},
 		{"stops", "/v1/completions", `{"model": "plain", "prompt": "a", "stop": ["a", "b", "c", "d", "e"]}`, 400, "stop", "", "at most 4"},
+		{"repetition_penalty", "/v1/completions", `{"model": "plain", "prompt": "a", "repetition_penalty": 0}`, 400, "repetition_penalty", "", "more than 0"},
 		{"presence", "/v1/completions", `{"model": "plain", "prompt": "a", "presence_penalty": 0.5}`, 400, "presence_penalty", "", "only 0"},
 		{"frequency", "/v1/chat/completions", `{"model": "tiny", "messages": [{"role": "user", "content": "a"}], "frequency_penalty": 1}`, 400, "frequency_penalty", "", "only 0"},
 		{"logprobs above 5", "/v1/completions", `{"model": "plain", "prompt": "a", "logprobs": 6}`, 400, "logprobs", "", "logprobs: 6: want 0 to 5"},
@@ -754,4 +755,21 @@ func toBytes(b []int) []byte {
 		out[i] = byte(v)
 	}
 	return out
+}
+
+// TestIgnoreEOS: with ignore_eos (vLLM's and llama-server's extension) a
+// request generates its max_tokens whatever the model says; with a
+// repetition_penalty it is sampled with it.
+func TestIgnoreEOS(t *testing.T) {
+	_, ts := newTestServer(t, Options{})
+	for _, body := range []string{
+		`{"model": "plain", "prompt": "the", "max_tokens": 60, "temperature": 0, "ignore_eos": true}`,
+		`{"model": "plain", "prompt": "the", "max_tokens": 60, "temperature": 0.8, "seed": 3, "repetition_penalty": 1.2, "ignore_eos": true}`,
+	} {
+		resp := post(t, ts, "/v1/completions", body)
+		var c struct{ Usage usage }
+		if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || resp.StatusCode != 200 || c.Usage.CompletionTokens != 60 {
+			t.Errorf("%s: %s, %d tokens (%v)", body, resp.Status, c.Usage.CompletionTokens, err)
+		}
+	}
 }
