@@ -85,7 +85,7 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 	if s.batch <= 0 {
 		s.batch = 64
 	}
-	s.batch = min(s.batch, s.ctx)
+	s.batch = min(s.batch, s.ctx*s.slots) // no step holds more
 	var err error
 	if s.act, err = ActOf(c.Activation); err != nil {
 		return nil, err
