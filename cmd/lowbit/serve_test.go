@@ -147,3 +147,34 @@ func TestLoadtest(t *testing.T) {
 		t.Errorf("--json: %v %+v", err, rep)
 	}
 }
+
+// FuzzKVBudget: any --kv-budget is a size of 0 or more, or an error
+// naming the flag.
+func FuzzKVBudget(f *testing.F) {
+	for _, s := range []string{"8GiB", "512MB", "1.5 gib", "0", "", "12", "1e9", "-3GB", "99999999999999999999EiB", "GiB", ".", "1,000kb"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := kvBudget(s)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "--kv-budget ") {
+				t.Fatalf("%q: %v", s, err)
+			}
+			return
+		}
+		if n < 0 {
+			t.Fatalf("%q: %d bytes", s, n)
+		}
+	})
+}
+
+func TestKVBudget(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+	}{{"", 0}, {"8GiB", 8 << 30}, {"512MB", 512e6}, {"200KiB", 200 << 10}, {"1024", 1024}} {
+		if got, err := kvBudget(tc.in); err != nil || got != tc.want {
+			t.Errorf("%q: %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+}
