@@ -31,9 +31,10 @@ import (
 // Options tune a Scheduler; zero fields take the defaults.
 type Options struct {
 	// Chunk is the most prompt tokens a step prefills (0: DefaultChunk, or
-	// less to fit the session's batch beside a decode token per slot). A
-	// prompt is prefilled in chunks of this size, as a session of this
-	// batch prefills it alone.
+	// less to fit the session's batch beside a decode token per slot; the
+	// whole batch on a session of one slot, where no stream waits for a
+	// prompt). A prompt is prefilled in chunks of this size, as a session
+	// of this batch prefills it alone.
 	Chunk int
 	// Queue is the most requests that wait for a slot; one more is
 	// refused with ErrQueueFull. Default DefaultQueue.
@@ -115,6 +116,9 @@ func New(s *model.Session, opts Options) (*Scheduler, error) {
 	}
 	if opts.Chunk == 0 {
 		opts.Chunk = min(DefaultChunk, room)
+		if s.Slots() == 1 {
+			opts.Chunk = room
+		}
 	}
 	if opts.Chunk < 1 || opts.Chunk > room || s.Slots() > s.Batch() {
 		return nil, fmt.Errorf("sched: a session of %d slots and steps of %d tokens has no room for chunks of %d prompt tokens beside a decode token per slot", s.Slots(), s.Batch(), opts.Chunk)

@@ -81,7 +81,7 @@ accepting, lets requests in flight finish for --grace, cancels the rest and exit
 	fl.IntVar(&f.port, "port", 8080, "port to listen on (0: any free one)")
 	fl.IntVar(&f.queue, "queue", sched.DefaultQueue, "most requests waiting for a slot, per model")
 	fl.IntVar(&f.parallel, "parallel", 1, "requests generated at once, per model (cache slots)")
-	fl.IntVar(&f.chunk, "chunk", 0, fmt.Sprintf("prompt tokens fed per step beside the decoding requests (default %d, less where --parallel leaves no room)", sched.DefaultChunk))
+	fl.IntVar(&f.chunk, "chunk", 0, fmt.Sprintf("prompt tokens fed per step beside the decoding requests (default %d, less where --parallel leaves no room; %d with --parallel 1)", sched.DefaultChunk, maxStep))
 	fl.StringVar(&f.kvBudget, "kv-budget", "", "most memory of each model's KV cache, e.g. 8GiB: each slot's context is what fits (at most --ctx)")
 	fl.StringVar(&f.apiKey, "api-key", "", "bearer token every request must send (default $"+apiKeyEnv+")")
 	fl.Int64Var(&f.maxBody, "max-body", serve.DefaultMaxBodyBytes, "largest request body in bytes")
