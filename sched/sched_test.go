@@ -454,11 +454,11 @@ func TestRefused(t *testing.T) {
 	if c := sc.Options().Chunk; c != 5 {
 		t.Errorf("default chunk on 4 slots and steps of 8: %d, want 5", c)
 	}
-	if s, err = m.NewSession(model.SessionOptions{Context: 400, Batch: 300}); err != nil {
+	if s, err = m.NewSession(model.SessionOptions{Context: 256, Batch: 200}); err != nil {
 		t.Fatal(err)
 	}
-	if sc, err = New(s, Options{}); err != nil || sc.Options().Chunk != 300 {
-		t.Errorf("default chunk on 1 slot and steps of 300: %v, %v; want the whole step", sc.Options().Chunk, err)
+	if sc, err = New(s, Options{}); err != nil || sc.Options().Chunk != 200 {
+		t.Errorf("default chunk on 1 slot and steps of 200: %v, %v; want the whole step", sc.Options().Chunk, err)
 	}
 }
 
