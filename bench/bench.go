@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"lowbit/gpu"
@@ -30,6 +31,12 @@ type Options struct {
 	Sampling *model.SamplerOptions
 	// KVCache is how the cache stores keys and values (zero: f32).
 	KVCache model.KVType
+	// Batches, when set, replace the tg test with one per batch size B:
+	// B sequences, each in its own cache slot at the same depth, decode Gen
+	// tokens together, one greedy token each per step, and the test
+	// reports their aggregate tokens per second, B×Gen over the steps'
+	// time (llama-batched-bench's S_TG), named "tg128 b8".
+	Batches []int
 	// Progress, when not nil, gets a line per repetition.
 	Progress io.Writer
 }
@@ -78,6 +85,16 @@ func Run(ctx context.Context, m *model.Model, be model.Backend, name string, opt
 	}
 	if opts.Prompt < 0 || opts.Gen < 0 || opts.Depth < 0 || opts.Prompt+opts.Gen == 0 {
 		return nil, fmt.Errorf("bench: nothing to measure (-p %d, -n %d, -d %d)", opts.Prompt, opts.Gen, opts.Depth)
+	}
+	for _, b := range opts.Batches {
+		switch {
+		case b < 1 || b > maxBatch:
+			return nil, fmt.Errorf("bench: a batch of %d sequences: want 1 to %d", b, maxBatch)
+		case opts.Sampling != nil:
+			return nil, fmt.Errorf("bench: batched decoding is measured greedy, without a sampler")
+		case opts.Gen == 0:
+			return nil, fmt.Errorf("bench: a batch size without a tg test (-n 0)")
+		}
 	}
 	c := m.Config
 	need := opts.Depth + max(opts.Prompt, opts.Gen)
@@ -180,7 +197,11 @@ func Run(ctx context.Context, m *model.Model, be model.Backend, name string, opt
 			return nil, err
 		}
 	}
-	if opts.Gen > 0 {
+	if opts.Gen > 0 && len(opts.Batches) > 0 {
+		if err := batched(ctx, m, be, opts, at, res); err != nil {
+			return nil, err
+		}
+	} else if opts.Gen > 0 {
 		name := fmt.Sprintf("tg%d", opts.Gen)
 		if opts.Sampling != nil {
 			name += " sampled"
@@ -198,6 +219,79 @@ func Run(ctx context.Context, m *model.Model, be model.Backend, name string, opt
 		}
 	}
 	return res, nil
+}
+
+// maxBatch bounds a batch test's sequences (each holds a cache slot).
+const maxBatch = 1024
+
+// batched times Gen decode steps of B sequences together for each batch
+// size B, after each sequence's slot is filled to the depth (once: the
+// repetitions write over the same positions).
+func batched(ctx context.Context, m *model.Model, be model.Backend, opts Options, at string, res *Result) error {
+	c := m.Config
+	most := slices.Max(opts.Batches)
+	s, err := m.NewSession(model.SessionOptions{Backend: be, Context: opts.Depth + opts.Gen, Slots: most, Batch: max(most, min(max(opts.Depth, 1), 512))})
+	if err != nil {
+		return err
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	depth := make([]int, opts.Depth)
+	for i := range depth {
+		depth[i] = r.IntN(c.VocabSize)
+	}
+	for slot := range most {
+		for lo := 0; lo < len(depth); lo += s.Batch() {
+			chunk := depth[lo:min(lo+s.Batch(), len(depth))]
+			if _, err := s.StepBatch(ctx, []model.BatchSeq{{Slot: slot, Pos: lo, Tokens: chunk}}, model.Want{}); err != nil {
+				return err
+			}
+		}
+	}
+	// tg decodes n steps of b sequences, each from its own first token.
+	tg := func(b, n int) error {
+		seqs := make([]model.BatchSeq, b)
+		for i := range seqs {
+			seqs[i] = model.BatchSeq{Slot: i, Pos: opts.Depth, Tokens: []int{(c.BOS + i) % c.VocabSize}, Logits: true}
+		}
+		for range n {
+			out, err := s.StepBatch(ctx, seqs, model.Want{Greedy: true})
+			if err != nil {
+				return err
+			}
+			for i := range seqs {
+				seqs[i].Pos++
+				seqs[i].Tokens = []int{out.Next[i]}
+			}
+		}
+		return nil
+	}
+	for _, b := range opts.Batches {
+		// Warm-up: this batch size's graph captured, its buffers made.
+		if err := tg(b, min(opts.Gen, 4)); err != nil {
+			return err
+		}
+		st := &Stat{Test: fmt.Sprintf("tg%d b%d%s", opts.Gen, b, at), Tokens: b * opts.Gen}
+		for i := 0; i < opts.Reps; i++ {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			t0 := time.Now()
+			if err := tg(b, opts.Gen); err != nil {
+				return err
+			}
+			rate := float64(st.Tokens) / time.Since(t0).Seconds()
+			st.Samples = append(st.Samples, rate)
+			if opts.Progress != nil {
+				fmt.Fprintf(opts.Progress, "%s %s rep %d/%d: %.1f tokens/s\n", res.Model, st.Test, i+1, opts.Reps, rate)
+			}
+		}
+		st.Mean, st.SD = meanSD(st.Samples)
+		res.Tests = append(res.Tests, st)
+		if b == 1 {
+			res.Bandwidth = float64(res.WeightBytes) * st.Mean
+		}
+	}
+	return nil
 }
 
 // sampled runs n decode steps from tok as lowbit run does when it samples:

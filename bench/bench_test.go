@@ -226,6 +226,26 @@ func TestRunCPU(t *testing.T) {
 	if _, err := Run(ctx, m, nil, "fixture", Options{Gen: 4, Reps: 1, Sampling: &model.SamplerOptions{Temperature: 1, TopP: 2}}); err == nil {
 		t.Fatal("a sampler out of range accepted")
 	}
+	// Batch sizes replace tg with one test each, of B×n tokens.
+	res, err = Run(ctx, m, nil, "fixture", Options{Gen: 6, Depth: 9, Reps: 2, Batches: []int{1, 3, 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, st := range res.Tests {
+		names = append(names, st.Test)
+		if len(st.Samples) != 2 || !(st.Mean > 0) {
+			t.Errorf("%s: %+v", st.Test, st)
+		}
+	}
+	if strings.Join(names, ", ") != "tg6 b1 @ d9, tg6 b3 @ d9, tg6 b8 @ d9" || res.Tests[2].Tokens != 48 || !(res.Bandwidth > 0) {
+		t.Fatalf("batched tests %v, %+v", names, res.Tests)
+	}
+	for _, o := range []Options{{Gen: 4, Batches: []int{0}}, {Gen: 4, Batches: []int{2}, Sampling: sampling}, {Prompt: 4, Batches: []int{2}}} {
+		if _, err := Run(ctx, m, nil, "fixture", o); err == nil {
+			t.Errorf("%+v accepted", o)
+		}
+	}
 }
 
 // TestRandomModelTernaryHead checks that the BitNet shape in tq2 keeps its

@@ -9,12 +9,14 @@ package chat
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 
 	"lowbit/model"
+	"lowbit/sched"
 	"lowbit/tokenizer"
 )
 
@@ -27,6 +29,9 @@ type Options struct {
 	// Stop ends generation at the first of these strings, which is left out
 	// of the text.
 	Stop []string
+	// IgnoreEOS generates past the model's end-of-sequence ids, up to
+	// MaxTokens (for benchmarks that want every request's full length).
+	IgnoreEOS bool
 	// OnLogprobs, when set, receives each generated token's log-probability
 	// (see model.GenerateOptions) with its text, before the writer gets that
 	// text.
@@ -92,11 +97,15 @@ func (e *TooLongError) Error() string {
 	return fmt.Sprintf("the %s is %d tokens but the context holds %d", what, e.Tokens, e.Context)
 }
 
-// Runner generates text with one session; it remembers which tokens the
-// session's cache holds so that a following prompt sharing a prefix with them
-// prefills only the rest. It is not safe for concurrent use.
+// Runner generates text with a session of its own (NewRunner), or with a
+// scheduler that batches it with other generations (NewScheduled). A
+// runner of its own session remembers which tokens the cache holds so that
+// a following prompt sharing a prefix with them prefills only the rest
+// (the scheduler does so for each of its slots); it is not safe for
+// concurrent use. A scheduled runner is.
 type Runner struct {
 	s   *model.Session
+	sc  *sched.Scheduler // nil: s is the runner's own
 	tok tokenizer.Tokenizer
 	fed []int // the tokens in the session's cache, in order
 }
@@ -111,8 +120,23 @@ func NewRunner(s *model.Session, tok tokenizer.Tokenizer) (*Runner, error) {
 	return &Runner{s: s, tok: tok}, nil
 }
 
-// Session is the runner's model session.
-func (r *Runner) Session() *model.Session { return r.s }
+// NewScheduled generates through sc, whose generations run together, so
+// that many callers (a server's requests) may use the runner at once.
+func NewScheduled(sc *sched.Scheduler, tok tokenizer.Tokenizer) (*Runner, error) {
+	r, err := NewRunner(sc.Session(), tok)
+	if err != nil {
+		return nil, err
+	}
+	r.sc = sc
+	return r, nil
+}
+
+// Context is the most tokens a generation's prompt and output hold.
+func (r *Runner) Context() int { return r.s.Context() }
+
+// Scheduler is the scheduler a scheduled runner generates through (nil
+// for a runner of its own session).
+func (r *Runner) Scheduler() *sched.Scheduler { return r.sc }
 
 // Tokenizer is the runner's tokenizer.
 func (r *Runner) Tokenizer() tokenizer.Tokenizer { return r.tok }
@@ -148,18 +172,6 @@ func (r *Runner) Generate(ctx context.Context, ids []int, opts Options, w io.Wri
 	if err != nil {
 		return Result{}, fmt.Errorf("chat: %w", err)
 	}
-	// Keep the cached prefix; at least one token must run to give logits.
-	keep := commonPrefix(r.fed, ids)
-	if keep == len(ids) {
-		keep--
-	}
-	if r.s.Pos() != len(r.fed) { // the session was used elsewhere: trust nothing
-		r.s.Reset()
-		r.fed, keep = nil, 0
-	}
-	r.s.Truncate(keep)
-	r.fed = r.fed[:keep]
-
 	out := newStream(r.tok, ids, opts.Stop, w)
 	gen := model.GenerateOptions{
 		MaxTokens: opts.MaxTokens,
@@ -167,20 +179,22 @@ func (r *Runner) Generate(ctx context.Context, ids []int, opts Options, w io.Wri
 		StopIDs:   eosIDs(r.tok),
 		OnToken:   out.token,
 	}
+	if opts.IgnoreEOS {
+		gen.StopIDs = nil
+	}
 	if opts.OnLogprobs != nil {
 		out.onLogprobs = opts.OnLogprobs
 		gen.OnLogprobs = func(lp model.TokenLogprobs) { out.logprobs = &lp }
 		gen.TopLogprobs = opts.TopLogprobs
 	}
-	st, err := model.Generate(ctx, r.s, ids[keep:], gen)
-	// The session holds the prompt and the generated tokens but (unless
-	// generation ended at EOS) the last one, which Generate does not feed.
-	all := append(slices.Clone(ids), st.Tokens...)
-	if n := r.s.Pos(); n <= len(all) {
-		r.fed = all[:n]
+	var st model.GenerateStats
+	if r.sc != nil {
+		st, err = r.sc.Generate(ctx, ids, gen)
+		if errors.Is(err, sched.ErrQueueFull) {
+			return Result{}, &BusyError{Queue: r.sc.Options().Queue}
+		}
 	} else {
-		r.s.Reset()
-		r.fed = nil
+		st, err = r.generate(ctx, ids, gen)
 	}
 	if err != nil {
 		return Result{}, err
@@ -196,6 +210,41 @@ func (r *Runner) Generate(ctx context.Context, ids []int, opts Options, w io.Wri
 	}
 	res.Text = out.text.String()
 	return res, nil
+}
+
+// generate runs ids on the runner's own session, prefilling only what
+// its cache does not hold.
+func (r *Runner) generate(ctx context.Context, ids []int, gen model.GenerateOptions) (model.GenerateStats, error) {
+	// Keep the cached prefix; at least one token must run to give logits.
+	keep := commonPrefix(r.fed, ids)
+	if keep == len(ids) {
+		keep--
+	}
+	if r.s.Pos() != len(r.fed) { // the session was used elsewhere: trust nothing
+		r.s.Reset()
+		r.fed, keep = nil, 0
+	}
+	r.s.Truncate(keep)
+	r.fed = r.fed[:keep]
+	st, err := model.Generate(ctx, r.s, ids[keep:], gen)
+	// The session holds the prompt and the generated tokens but (unless
+	// generation ended at EOS) the last one, which Generate does not feed.
+	all := append(slices.Clone(ids), st.Tokens...)
+	if n := r.s.Pos(); n <= len(all) {
+		r.fed = all[:n]
+	} else {
+		r.s.Reset()
+		r.fed = nil
+	}
+	return st, err
+}
+
+// BusyError refuses a generation when the scheduler's queue is full; the
+// caller may retry later.
+type BusyError struct{ Queue int }
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("the server is busy: %d requests are already waiting; retry later", e.Queue)
 }
 
 // eosIDs are the ids that end generation: the tokenizer's end-of-sequence

@@ -89,8 +89,8 @@ func (r *Runner) Reply(ctx context.Context, tpl *tokenizer.ChatTemplate, msgs []
 	if err != nil {
 		return Result{}, err
 	}
-	if len(ids) > r.s.Context() {
-		return Result{}, &TooLongError{Tokens: len(ids), Context: r.s.Context(), Conversation: true}
+	if len(ids) > r.Context() {
+		return Result{}, &TooLongError{Tokens: len(ids), Context: r.Context(), Conversation: true}
 	}
 	var out io.Writer
 	if w != nil {

@@ -220,15 +220,30 @@ type Seq struct {
 }
 
 // Step is one forward step over a batch of sequences.
+//
+// A step may mix sequences of several tokens (a prompt, or a chunk of
+// one) with sequences of one (decode), each in its own slot at its own
+// position: Session.StepBatch sends what a server's scheduler (package
+// sched) asks for, which by default is the decode tokens of every running
+// sequence together with chunks of new prompts, and, for a backend that
+// is better served so, the two as separate steps (sched.Options.
+// SeparatePrefill). The tokens are laid out in the order of Seqs, so
+// row i of the pass's activations is the i-th token of the step.
 type Step struct {
 	Seqs  []Seq
 	Cache Cache
 	// Key, when not nil, promises that every step with this key and the
-	// same tokens per sequence queues the same operations on the same
-	// buffers: the backend may record the pass once and replay it.
+	// same tokens per sequence (so the same number of sequences) queues
+	// the same operations on the same buffers: the backend may record the
+	// pass once and replay it, reading the tokens, positions and slots
+	// from where Step puts them. A batch step has a key only when each of
+	// its sequences carries one token and wants its logits.
 	Key any
 	// Logits is where the pass leaves the logits, [rows, Vocab]; Want
-	// says what comes back of them (nothing when Logits is empty).
+	// says what comes back of them (nothing when Logits is empty), for
+	// each row alike. Which tokens the rows are is the pass's business (a
+	// single sequence's last token or all of them; in a batch step the
+	// last token of each sequence that asked, in the order of Seqs).
 	Logits Buf
 	Vocab  int
 	Want   Want

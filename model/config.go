@@ -531,3 +531,10 @@ func (c Config) TensorShape(name string) []int64 {
 	}
 	return nil
 }
+
+// CachePositionBytes is the key/value cache one position of one sequence
+// takes (float32 keys and values of every layer), what a server divides
+// its cache budget by.
+func (c Config) CachePositionBytes() int64 {
+	return int64(c.NumLayers) * int64(c.NumKVHeads*c.HeadDim) * 2 * 4
+}

@@ -28,8 +28,9 @@ type CPU struct {
 	bufs     [][]float32
 	caches   []*cpuCache
 
-	// The step: each token's id, position and cache slot.
-	tokens, pos, slot []int
+	// The step: each token's id, position and cache slot, and the number
+	// of tokens of each sequence.
+	tokens, pos, slot, seqLen []int
 	// tmp are scratch rows for the normed input and unfused products.
 	tmp [3][]float32
 	err error
@@ -145,8 +146,9 @@ func (c *CPU) Step(ctx context.Context, st *Step, pass func() error) (*StepResul
 	if err := st.Check(c.caches[st.Cache.ID()].shape); err != nil {
 		return nil, fmt.Errorf("cpu: %w", err)
 	}
-	c.tokens, c.pos, c.slot = c.tokens[:0], c.pos[:0], c.slot[:0]
+	c.tokens, c.pos, c.slot, c.seqLen = c.tokens[:0], c.pos[:0], c.slot[:0], c.seqLen[:0]
 	for _, s := range st.Seqs {
+		c.seqLen = append(c.seqLen, len(s.Tokens))
 		for i, t := range s.Tokens {
 			c.tokens, c.pos, c.slot = append(c.tokens, t), append(c.pos, s.Pos+i), append(c.slot, s.Slot)
 		}

@@ -12,8 +12,9 @@ import (
 // general dot products: the same arithmetic, arranged for the 2-core decode
 // case (codes turned into floats by table lookups instead of conversions,
 // q4's per-group sums of x computed once per token instead of once per row).
-// Other formats and shapes use quantize.MatMul. Batches of 4 or more
-// tokens (prefill) dequantize each row once and take float dot products.
+// Other formats and shapes use quantize.MatMul. A sequence that brings 4
+// or more tokens to a step (a prompt) has each row dequantized once and
+// takes float dot products; see runs.
 type cpuMat struct {
 	w            *Weight
 	scales, mins []float32
@@ -39,22 +40,81 @@ func prepare(w *Weight) *cpuMat {
 	return m
 }
 
+// prefillTokens is how many tokens of one sequence in a step make the
+// dequantized rows worth their decoding.
+const prefillTokens = 4
+
+// runs splits the n rows of a product's input by sequence: the step's
+// sequences when the rows are the step's tokens, else one row each (the
+// logits of the last token of each sequence that asked for them).
+func (c *CPU) runs(n int) []int {
+	if n == len(c.tokens) {
+		return c.seqLen
+	}
+	one := make([]int, n)
+	for i := range one {
+		one[i] = 1
+	}
+	return one
+}
+
 // matMulQuant computes y[n, rows] = x[n, cols] · Wᵀ for a quantized weight.
+// The two ways of computing a row round differently, so the way is chosen
+// per sequence (runs), never per step: a sequence's products, and so its
+// tokens, do not depend on what else is in the step (the CPU is the
+// reference that batching changes no token).
 func (c *CPU) matMulQuant(m *cpuMat, x, y []float32, n int) {
 	q := m.w.Q
-	if n >= 4 && !q.Format.Spec().Int8Activations {
+	if q.Format.Spec().Int8Activations {
+		quantize.MatMul(context.Background(), q, x[:n*q.Cols], n, y[:n*q.Rows], c.workers())
+		return
+	}
+	var wide, packed []int // the tokens of prompts, and the others
+	i := 0
+	for _, k := range c.runs(n) {
+		for range k {
+			if k >= prefillTokens {
+				wide = append(wide, i)
+			} else {
+				packed = append(packed, i)
+			}
+			i++
+		}
+	}
+	if len(wide) > 0 {
 		// Prefill: decode each row to floats once and use it for every token.
 		c.parallel(q.Rows, 16, func(lo, hi int) {
 			row := make([]float32, q.Cols)
 			for r := lo; r < hi; r++ {
 				q.DequantizeRow(r, row)
-				for i := 0; i < n; i++ {
+				for _, i := range wide {
 					y[i*q.Rows+r] = dot(row, x[i*q.Cols:(i+1)*q.Cols])
 				}
 			}
 		})
+	}
+	if len(packed) == 0 {
 		return
 	}
+	if len(wide) > 0 {
+		// Gather the others' rows, multiply them, scatter the products.
+		xs := make([]float32, len(packed)*q.Cols)
+		for j, i := range packed {
+			copy(xs[j*q.Cols:(j+1)*q.Cols], x[i*q.Cols:(i+1)*q.Cols])
+		}
+		ys := make([]float32, len(packed)*q.Rows)
+		c.matMulPacked(m, xs, ys, len(packed))
+		for j, i := range packed {
+			copy(y[i*q.Rows:(i+1)*q.Rows], ys[j*q.Rows:(j+1)*q.Rows])
+		}
+		return
+	}
+	c.matMulPacked(m, x, y, n)
+}
+
+// matMulPacked computes y[n, rows] = x[n, cols] · Wᵀ on the packed codes.
+func (c *CPU) matMulPacked(m *cpuMat, x, y []float32, n int) {
+	q := m.w.Q
 	if m.scales == nil {
 		quantize.MatMul(context.Background(), q, x[:n*q.Cols], n, y[:n*q.Rows], c.workers())
 		return

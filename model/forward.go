@@ -13,8 +13,12 @@ type SessionOptions struct {
 	// Context is the number of positions the KV cache holds (0: the
 	// model's max_position_embeddings, at most DefaultContext).
 	Context int
-	// Batch is the most tokens processed at once in prefill (0: 64).
+	// Batch is the most tokens processed at once in prefill (0: 64), and
+	// the most a StepBatch carries.
 	Batch int
+	// Slots is the number of sequences the cache holds (0: 1), each of
+	// Context positions: StepBatch steps several of them together.
+	Slots int
 	// KVCache is how the cache stores keys and values (the zero value: f32).
 	KVCache KVType
 }
@@ -24,20 +28,24 @@ type SessionOptions struct {
 // allocate gigabytes of cache up front.
 const DefaultContext = 4096
 
-// Session runs a model on a backend and holds the key/value cache of one
-// sequence: Forward appends tokens and returns logits.
+// Session runs a model on a backend and holds the key/value cache of its
+// sequences: Forward and the other single-sequence methods append tokens
+// to the sequence in slot 0 (at Pos) and return its logits; StepBatch
+// steps several slots at once, its caller keeping their positions.
 type Session struct {
 	m     *Model
 	be    Backend
 	cfg   Config
 	ctx   int
 	batch int
+	slots int
 	pos   int
 	cache Cache
 	shape CacheShape
-	// kept says the logits buffer holds the last step's logits (a step
-	// that returned candidates: LastLogits may read them).
-	kept bool
+	// kept is the number of rows of the last step's logits the logits
+	// buffer holds (a step that returned candidates or all logits:
+	// LastLogits and RowLogits may read them).
+	kept int
 
 	act        Act
 	embedScale float32
@@ -67,7 +75,7 @@ type layerMats struct {
 // activation buffers.
 func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 	c := m.Config
-	s := &Session{m: m, be: opts.Backend, cfg: c, ctx: opts.Context, batch: opts.Batch}
+	s := &Session{m: m, be: opts.Backend, cfg: c, ctx: opts.Context, batch: opts.Batch, slots: max(opts.Slots, 1)}
 	if s.be == nil {
 		s.be = NewCPU(0)
 	}
@@ -80,7 +88,7 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 	if s.batch <= 0 {
 		s.batch = 64
 	}
-	s.batch = min(s.batch, s.ctx)
+	s.batch = min(s.batch, s.ctx*s.slots) // no step holds more
 	var err error
 	if s.act, err = ActOf(c.Activation); err != nil {
 		return nil, err
@@ -93,7 +101,7 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 		return nil, err
 	}
 	qDim, kvDim := c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
-	s.shape = CacheShape{Layers: c.NumLayers, Slots: 1, Positions: s.ctx, KVDim: kvDim, HeadDim: c.HeadDim, Type: opts.KVCache}
+	s.shape = CacheShape{Layers: c.NumLayers, Slots: s.slots, Positions: s.ctx, KVDim: kvDim, HeadDim: c.HeadDim, Type: opts.KVCache}
 	if s.cache, err = s.be.NewCache(s.shape); err != nil {
 		return nil, fmt.Errorf("model: %s: %w", s.be.Name(), err)
 	}
@@ -114,8 +122,14 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 // Pos is the number of tokens in the cache (the position of the next token).
 func (s *Session) Pos() int { return s.pos }
 
-// Context is the number of positions the session holds.
+// Context is the number of positions the session holds (each slot's).
 func (s *Session) Context() int { return s.ctx }
+
+// Slots is the number of sequences the cache holds.
+func (s *Session) Slots() int { return s.slots }
+
+// Batch is the most tokens a step carries.
+func (s *Session) Batch() int { return s.batch }
 
 // Model is the session's model.
 func (s *Session) Model() *Model { return s.m }
@@ -132,7 +146,7 @@ func (s *Session) Truncate(n int) {
 	}
 }
 
-// CacheBytes is the memory of the key/value cache.
+// CacheBytes is the memory of the key/value cache, every slot's.
 func (s *Session) CacheBytes() int64 { return s.shape.Bytes() }
 
 // KVCache is how the session's cache stores keys and values.
@@ -182,7 +196,7 @@ func (s *Session) NextCandidates(ctx context.Context, tokens []int, k int, temp 
 	if len(res.Cands) != 1 || res.Cands[0] == nil {
 		return nil, fmt.Errorf("model: %s: a sampling step returned no candidates", s.be.Name())
 	}
-	s.kept = true
+	s.kept = 1
 	return res.Cands[0], nil
 }
 
@@ -196,7 +210,7 @@ func (s *Session) NextDrawn(ctx context.Context, tokens []int, d *Draw) (int, bo
 		return 0, false, err
 	}
 	if !res.Drawn {
-		s.kept = true
+		s.kept = 1
 		return 0, false, nil
 	}
 	if len(res.Next) != 1 {
@@ -208,12 +222,19 @@ func (s *Session) NextDrawn(ctx context.Context, tokens []int, d *Draw) (int, bo
 // LastLogits copies back the logits of the last step, when it was
 // NextCandidates's or an unsettled NextDrawn's (other steps return
 // theirs, or keep none).
-func (s *Session) LastLogits() ([]float32, error) {
-	if !s.kept {
-		return nil, fmt.Errorf("model: the last step kept no logits")
+func (s *Session) LastLogits() ([]float32, error) { return s.RowLogits(0) }
+
+// RowLogits copies back row r of the last step's logits, when that step
+// kept them: NextCandidates, an unsettled NextDrawn, or a StepBatch that
+// asked for candidates or logits (so a sequence whose candidates do not
+// settle its draw reads its whole row, and only its own).
+func (s *Session) RowLogits(r int) ([]float32, error) {
+	if r < 0 || r >= s.kept {
+		return nil, fmt.Errorf("model: the last step kept no logits row %d (it kept %d)", r, s.kept)
 	}
-	logits := make([]float32, s.cfg.VocabSize)
-	if err := s.be.Read(logits, s.logits.Slice(0, s.cfg.VocabSize)); err != nil {
+	vocab := s.cfg.VocabSize
+	logits := make([]float32, vocab)
+	if err := s.be.Read(logits, s.logits.Slice(r*vocab, vocab)); err != nil {
 		return nil, fmt.Errorf("model: %s: read logits: %w", s.be.Name(), err)
 	}
 	return logits, nil
@@ -249,7 +270,7 @@ func (s *Session) run(ctx context.Context, tokens []int, want Want, all bool, ou
 			return nil, fmt.Errorf("model: token id %d is outside the vocabulary of %d", t, s.cfg.VocabSize)
 		}
 	}
-	s.kept = false
+	s.kept = 0
 	res := &StepResult{}
 	for lo := 0; lo < len(tokens); lo += s.batch {
 		chunk := tokens[lo:min(lo+s.batch, len(tokens))]
@@ -270,23 +291,23 @@ func (s *Session) run(ctx context.Context, tokens []int, want Want, all bool, ou
 func (s *Session) step(ctx context.Context, tokens []int, want Want, all, last bool, out *ForwardOutput) (*StepResult, error) {
 	n, vocab := len(tokens), s.cfg.VocabSize
 	st := &Step{Seqs: []Seq{{Tokens: tokens, Pos: s.pos}}, Cache: s.cache}
-	rows, from := 0, 0
+	var heads []span
 	switch {
 	case all:
-		rows = n
+		heads = []span{{from: 0, rows: n}}
 	case last:
-		rows, from = 1, n-1
+		heads = []span{{from: n - 1, rows: 1}}
 	}
-	if rows > 0 {
-		st.Logits, st.Vocab, st.Want = s.logits.Slice(0, rows*vocab), vocab, want
+	if len(heads) > 0 {
+		st.Logits, st.Vocab, st.Want = s.logits.Slice(0, heads[0].rows*vocab), vocab, want
 	}
 	// A step that reads the residual stream back midway, or ends without
 	// logits, differs from the decode step the session's key names.
 	hidden := out != nil && out.Hidden != nil
-	if !hidden && rows > 0 {
+	if !hidden && len(heads) > 0 {
 		st.Key = stepKey{s, all}
 	}
-	res, err := s.be.Step(ctx, st, func() error { return s.forward(ctx, n, from, rows, out) })
+	res, err := s.be.Step(ctx, st, func() error { return s.forward(ctx, n, heads, out) })
 	if err != nil {
 		return nil, fmt.Errorf("model: %s: %w", s.be.Name(), err)
 	}
@@ -301,10 +322,16 @@ type stepKey struct {
 	all bool
 }
 
+// span is a run of consecutive tokens of a step whose logits are wanted:
+// rows tokens from token from, into the logits rows that follow the
+// spans before it.
+type span struct{ from, rows int }
+
 // forward queues the forward pass over the step's n tokens, from the
-// embeddings to the logits of rows rows from row from: a layer is
-// attention then the gated MLP, each around the residual stream x.
-func (s *Session) forward(ctx context.Context, n, from, rows int, out *ForwardOutput) error {
+// embeddings to the logits of heads (one product of the head each): a
+// layer is attention then the gated MLP, each around the residual
+// stream x.
+func (s *Session) forward(ctx context.Context, n int, heads []span, out *ForwardOutput) error {
 	be, c := s.be, s.cfg
 	dim, qDim, kvDim, ffn := c.HiddenSize, c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim, c.IntermediateSize
 	x := s.x.Slice(0, n*dim)
@@ -328,8 +355,10 @@ func (s *Session) forward(ctx context.Context, n, from, rows int, out *ForwardOu
 			return err
 		}
 	}
-	if rows > 0 {
-		be.Linear(x.Slice(from*dim, rows*dim), s.norm, Output{Dst: s.logits.Slice(0, rows*c.VocabSize), W: s.output, SoftCap: float32(c.FinalSoftCap)})
+	row := 0
+	for _, h := range heads {
+		be.Linear(x.Slice(h.from*dim, h.rows*dim), s.norm, Output{Dst: s.logits.Slice(row*c.VocabSize, h.rows*c.VocabSize), W: s.output, SoftCap: float32(c.FinalSoftCap)})
+		row += h.rows
 	}
 	return nil
 }

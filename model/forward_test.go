@@ -208,7 +208,7 @@ func TestStepBatch(t *testing.T) {
 					n += len(q.Tokens)
 				}
 				st := &Step{Seqs: batch, Cache: s.cache, Logits: s.logits.Slice(0, n*vocab), Vocab: vocab, Want: Want{Logits: true}}
-				res, err := be.Step(ctx, st, func() error { return s.forward(ctx, n, 0, n, nil) })
+				res, err := be.Step(ctx, st, func() error { return s.forward(ctx, n, []span{{from: 0, rows: n}}, nil) })
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -44,6 +44,12 @@ type GenerateStats struct {
 	PromptDuration time.Duration
 	// GenDuration is the time of the decode steps after the first token.
 	GenDuration time.Duration
+	// Queued is how long the generation waited for a cache slot (a
+	// scheduler's; 0 on a session of its own).
+	Queued time.Duration
+	// MaxGap is the longest time between two generated tokens (the worst
+	// inter-token latency a stream saw).
+	MaxGap time.Duration
 	// Stop says why generation ended: eos, max_tokens, callback or context.
 	Stop string
 	// Tokens are the generated ids (without a stop id).
@@ -98,7 +104,7 @@ func Generate(ctx context.Context, s *Session, prompt []int, opts GenerateOption
 	history := slices.Clone(prompt)
 	// Greedy decoding asks the session for the id alone: on a GPU the
 	// logits then stay on the device.
-	greedy := sampler.argmaxOnly()
+	greedy := sampler.ArgmaxOnly()
 	// Sampling has the backend draw the token where the logits are (on
 	// a GPU the next step is queued on it before it comes back), and
 	// reads every logit only when what it found does not settle the draw.
@@ -110,7 +116,7 @@ func Generate(ctx context.Context, s *Session, prompt []int, opts GenerateOption
 				return 0, err
 			}
 			id := sampler.Sample(logits, history)
-			lp = logprobsOf(logits, id, opts.TopLogprobs)
+			lp = LogprobsOf(logits, id, opts.TopLogprobs)
 			return id, nil
 		}
 		if greedy {
@@ -146,6 +152,7 @@ func Generate(ctx context.Context, s *Session, prompt []int, opts GenerateOption
 	st.PromptDuration = time.Since(start)
 	start = time.Now()
 	defer func() { st.GenDuration = time.Since(start) }()
+	last := start
 	for {
 		if opts.MaxTokens > 0 && st.GeneratedTokens >= opts.MaxTokens {
 			st.Stop = StopMaxTokens
@@ -155,6 +162,9 @@ func Generate(ctx context.Context, s *Session, prompt []int, opts GenerateOption
 			st.Stop = StopEOS
 			return st, nil
 		}
+		now := time.Now()
+		st.MaxGap = max(st.MaxGap, now.Sub(last))
+		last = now
 		st.GeneratedTokens++
 		st.Tokens = append(st.Tokens, id)
 		history = append(history, id)

@@ -211,7 +211,7 @@ func TestLogprobsOfEdges(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			lp := logprobsOf(tc.logits, tc.id, tc.top)
+			lp := LogprobsOf(tc.logits, tc.id, tc.top)
 			if lp.ID != tc.id || !(math.Abs(lp.Logprob-tc.want) < 1e-9 || lp.Logprob == tc.want) {
 				t.Errorf("logprob %+v, want %v", lp.Logprob, tc.want)
 			}

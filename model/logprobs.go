@@ -21,9 +21,9 @@ type TokenLogprobs struct {
 	Top []Logprob
 }
 
-// logprobsOf is the log-softmax of logits, in float64, at id and at the top
+// LogprobsOf is the log-softmax of logits, in float64, at id and at the top
 // most likely tokens. A NaN logit counts as impossible (-Inf).
-func logprobsOf(logits []float32, id, top int) TokenLogprobs {
+func LogprobsOf(logits []float32, id, top int) TokenLogprobs {
 	peak := math.Inf(-1)
 	for _, v := range logits {
 		if float64(v) > peak {

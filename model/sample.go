@@ -86,9 +86,13 @@ func Greedy() *Sampler {
 	return s
 }
 
-// argmaxOnly reports whether Sample is the argmax of the logits alone (no
+// Options are the sampler's settings (a scheduler groups its sequences'
+// draws by temperature).
+func (s *Sampler) Options() SamplerOptions { return s.opts }
+
+// ArgmaxOnly reports whether Sample is the argmax of the logits alone (no
 // temperature, no repetition penalty), so a backend may pick it itself.
-func (s *Sampler) argmaxOnly() bool {
+func (s *Sampler) ArgmaxOnly() bool {
 	return s.opts.Temperature <= 0 && (s.opts.RepeatPenalty <= 0 || s.opts.RepeatPenalty == 1)
 }
 

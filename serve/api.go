@@ -57,6 +57,10 @@ type sampling struct {
 	N                   *int               `json:"n"`
 	User                *string            `json:"user"`
 	LogitBias           map[string]float64 `json:"logit_bias"`
+	// vLLM's and llama-server's extensions: the sampler's repetition
+	// penalty, and generation past the end-of-sequence ids (benchmarks).
+	RepetitionPenalty *float64 `json:"repetition_penalty"`
+	IgnoreEOS         *bool    `json:"ignore_eos"`
 }
 
 type streamOptions struct {
@@ -328,6 +332,13 @@ func (s sampling) options(defaultMax int, seed uint64) (chat.Options, *apiError)
 	if s.Seed != nil {
 		o.Sampler.Seed = uint64(*s.Seed)
 	}
+	if v := s.RepetitionPenalty; v != nil {
+		if !(*v > 0 && *v <= 10) {
+			return bad("repetition_penalty", "%v: want more than 0, up to 10 (1: none)", *v)
+		}
+		o.Sampler.RepeatPenalty = float32(*v)
+	}
+	o.IgnoreEOS = s.IgnoreEOS != nil && *s.IgnoreEOS
 	// The sampler's repetition penalty divides logits; OpenAI's penalties
 	// subtract from them, so neither maps onto it.
 	for _, f := range []struct {

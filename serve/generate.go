@@ -85,15 +85,6 @@ type shape interface {
 
 func (g *generation) serve(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	release, e := g.s.acquire(ctx)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	if release == nil {
-		return // the client left while waiting
-	}
-	defer release()
 	id := g.shape.idPrefix() + rand.Text()
 	created := time.Now().Unix()
 	var out *sse
@@ -128,6 +119,7 @@ func (g *generation) serve(w http.ResponseWriter, r *http.Request) {
 	u := usage{PromptTokens: res.PromptTokens, CompletionTokens: res.Stats.GeneratedTokens}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	g.rec.in, g.rec.out = u.PromptTokens, u.CompletionTokens
+	g.rec.timed(res.Stats)
 	if out == nil {
 		var lps []tokenLogprob
 		if g.logprobs {
@@ -164,7 +156,10 @@ func (g *generation) nullUsage(c any) any {
 func (g *generation) errorOf(err error) *apiError {
 	var tooLong *chat.TooLongError
 	var tplErr *tokenizer.TemplateError
+	var busy *chat.BusyError
 	switch {
+	case errors.As(err, &busy):
+		return &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "queue_full", retryAfter: 1, message: busy.Error()}
 	case errors.As(err, &tooLong):
 		return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", param: g.param, code: "context_length_exceeded",
 			message: fmt.Sprintf("This model's maximum context length is %d tokens. However, your %s resulted in %d tokens.", tooLong.Context, g.param, tooLong.Tokens)}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"lowbit/model"
 )
 
 // handler is an endpoint; it fills in the record the request's log line reads.
@@ -14,6 +16,18 @@ type handler func(w http.ResponseWriter, r *http.Request, rec *record)
 type record struct {
 	model   string
 	in, out int // tokens
+	// The generation's latencies: the wait for a slot, the time to the
+	// first token (the wait included), the mean and the longest time
+	// between two tokens.
+	queue, ttft, itl, itlMax time.Duration
+}
+
+// timed records a generation's latencies.
+func (r *record) timed(st model.GenerateStats) {
+	r.queue, r.ttft, r.itlMax = st.Queued, st.Queued+st.PromptDuration, st.MaxGap
+	if st.GeneratedTokens > 1 {
+		r.itl = st.GenDuration / time.Duration(st.GeneratedTokens-1)
+	}
 }
 
 // statusWriter remembers the status a handler sent.
@@ -53,7 +67,15 @@ type logEntry struct {
 	PromptTokens     int     `json:"prompt_tokens"`
 	CompletionTokens int     `json:"completion_tokens"`
 	Millis           float64 `json:"ms"`
+	// The generation's latencies (absent for other requests).
+	QueueMillis  *float64 `json:"queue_ms,omitempty"`
+	TTFTMillis   *float64 `json:"ttft_ms,omitempty"`
+	ITLMillis    *float64 `json:"itl_ms,omitempty"`
+	ITLMaxMillis *float64 `json:"itl_max_ms,omitempty"`
 }
+
+// millis is d in milliseconds.
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // logged runs h and writes its request's line.
 func (s *Server) logged(h handler) http.HandlerFunc {
@@ -66,15 +88,24 @@ func (s *Server) logged(h handler) http.HandlerFunc {
 			return
 		}
 		e := logEntry{Time: start.UTC().Format(time.RFC3339Nano), Method: r.Method, Path: r.URL.EscapedPath(), Status: sw.status,
-			Model: rec.model, PromptTokens: rec.in, CompletionTokens: rec.out, Millis: float64(time.Since(start).Microseconds()) / 1000}
+			Model: rec.model, PromptTokens: rec.in, CompletionTokens: rec.out, Millis: millis(time.Since(start))}
 		if e.Status == 0 {
 			e.Status = statusClientGone
 		}
+		timed := rec.ttft > 0
+		if timed {
+			q, ttft, itl, itlMax := millis(rec.queue), millis(rec.ttft), millis(rec.itl), millis(rec.itlMax)
+			e.QueueMillis, e.TTFTMillis, e.ITLMillis, e.ITLMaxMillis = &q, &ttft, &itl, &itlMax
+		}
 		var line []byte
-		if s.opts.JSONLog {
+		switch {
+		case s.opts.JSONLog:
 			line, _ = json.Marshal(e)
 			line = append(line, '\n')
-		} else {
+		case timed:
+			line = fmt.Appendf(nil, "lowbit: %s %s %d %s in=%d out=%d %.1fms queue=%.1fms ttft=%.1fms itl=%.1fms itl_max=%.1fms\n", e.Method, e.Path, e.Status, orDash(e.Model),
+				e.PromptTokens, e.CompletionTokens, e.Millis, *e.QueueMillis, *e.TTFTMillis, *e.ITLMillis, *e.ITLMaxMillis)
+		default:
 			line = fmt.Appendf(nil, "lowbit: %s %s %d %s in=%d out=%d %.1fms\n", e.Method, e.Path, e.Status, orDash(e.Model), e.PromptTokens, e.CompletionTokens, e.Millis)
 		}
 		s.logMu.Lock()

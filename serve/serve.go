@@ -1,8 +1,9 @@
 // Package serve answers OpenAI's HTTP API (chat completions, completions,
 // models) with lowbit's runners, so that existing clients and tools can use
-// a local model. A runner holds one sequence, so requests wait in a bounded
-// queue and are generated one at a time, in order; a client that goes away
-// leaves the queue, or stops its generation, at once.
+// a local model. Each model's runner is scheduled (package sched): its
+// requests are generated together, as many at once as it has cache slots,
+// while the others wait in a bounded queue, first come first served; a
+// client that goes away leaves the queue, or its slot, at once.
 package serve
 
 import (
@@ -17,7 +18,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -29,17 +29,18 @@ import (
 type Model struct {
 	// Name is the model's id in the API (what the command line called it).
 	Name string
-	// Runner generates with the model's session.
+	// Runner generates with the model's session, through a scheduler
+	// (chat.NewScheduled), which takes the requests of many clients at once.
 	Runner *chat.Runner
 	// Template is the model's chat template (nil: the model only completes).
 	Template *tokenizer.ChatTemplate
 }
 
-// Options configure a Server; zero fields take the defaults.
+// Options configure a Server; zero fields take the defaults. (How many
+// requests a model generates at once and how many may wait are its
+// scheduler's settings; one more than wait is answered 503 with
+// Retry-After.)
 type Options struct {
-	// Queue is the most requests that wait while one is generated; one more
-	// is answered 503 with Retry-After. Default 64.
-	Queue int
 	// MaxBodyBytes caps a request body (413 above it). Default 8 MiB.
 	MaxBodyBytes int64
 	// BodyTimeout bounds the reading of a request's body. Default 60s.
@@ -54,24 +55,18 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultQueue        = 64
 	DefaultMaxBodyBytes = 8 << 20
 	DefaultBodyTimeout  = 60 * time.Second
 )
 
 // Server answers the API for its models. Its handler is safe for
-// concurrent use; generations run one at a time.
+// concurrent use.
 type Server struct {
 	models  map[string]*Model
 	order   []string
 	opts    Options
 	created int64
 	keyHash [sha256.Size]byte
-
-	// slot is held by the request that is generating; waiting ones block
-	// on it in order (a channel's blocked senders proceed first in, first out).
-	slot    chan struct{}
-	pending atomic.Int64 // requests holding or waiting for the slot
 	logMu   sync.Mutex
 }
 
@@ -80,20 +75,20 @@ func New(models []Model, opts Options) (*Server, error) {
 	if len(models) == 0 {
 		return nil, errors.New("serve: no model to serve")
 	}
-	if opts.Queue <= 0 {
-		opts.Queue = DefaultQueue
-	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if opts.BodyTimeout <= 0 {
 		opts.BodyTimeout = DefaultBodyTimeout
 	}
-	s := &Server{models: map[string]*Model{}, opts: opts, created: time.Now().Unix(), slot: make(chan struct{}, 1)}
+	s := &Server{models: map[string]*Model{}, opts: opts, created: time.Now().Unix()}
 	for i := range models {
 		m := &models[i]
 		if m.Name == "" || m.Runner == nil {
 			return nil, fmt.Errorf("serve: model %d has no name or no runner", i)
+		}
+		if m.Runner.Scheduler() == nil {
+			return nil, fmt.Errorf("serve: the model %s's runner is not scheduled (chat.NewScheduled): it cannot take concurrent requests", m.Name)
 		}
 		if _, dup := s.models[m.Name]; dup {
 			return nil, fmt.Errorf("serve: the model %s is given twice", m.Name)
@@ -275,21 +270,4 @@ func randomSeed() uint64 {
 		n = n<<8 | uint64(c)
 	}
 	return n
-}
-
-// acquire waits in order for the generation slot; it fails at once when
-// the queue is full, and when ctx ends (the client left) while waiting.
-func (s *Server) acquire(ctx context.Context) (release func(), e *apiError) {
-	if s.pending.Add(1) > int64(s.opts.Queue)+1 {
-		s.pending.Add(-1)
-		return nil, &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "queue_full", retryAfter: 1,
-			message: fmt.Sprintf("the server is busy: %d requests are already waiting; retry later", s.opts.Queue)}
-	}
-	select {
-	case s.slot <- struct{}{}:
-		return func() { <-s.slot; s.pending.Add(-1) }, nil
-	case <-ctx.Done():
-		s.pending.Add(-1)
-		return nil, nil
-	}
 }

@@ -19,15 +19,25 @@ import (
 )
 
 // tinyModel serves the fixture model as name.
-func tinyModel(t testing.TB, name string, withTemplate bool) Model {
-	r, tpl := servetest.Runner(t, withTemplate)
+func tinyModel(t testing.TB, name string, withTemplate bool, o servetest.Options) Model {
+	r, tpl := servetest.Runner(t, withTemplate, o)
 	return Model{Name: name, Runner: r, Template: tpl}
 }
 
-// newTestServer serves a chat model "tiny" and a plain one "plain".
+// testSlots are the sequences each test model generates at once.
+const testSlots = 4
+
+// newTestServer serves a chat model "tiny" and a plain one "plain", each
+// generating testSlots requests at once.
 func newTestServer(t testing.TB, opts Options) (*Server, *httptest.Server) {
 	t.Helper()
-	s, err := New([]Model{tinyModel(t, "tiny", true), tinyModel(t, "plain", false)}, opts)
+	return newTestServerWith(t, opts, servetest.Options{Slots: testSlots})
+}
+
+// newTestServerWith is newTestServer with the models' scheduling o.
+func newTestServerWith(t testing.TB, opts Options, o servetest.Options) (*Server, *httptest.Server) {
+	t.Helper()
+	s, err := New([]Model{tinyModel(t, "tiny", true, o), tinyModel(t, "plain", false, o)}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,6 +341,7 @@ func TestErrors(t *testing.T) {
 		{"top_p", "/v1/completions", `{"model": "plain", "prompt": "a", "top_p": 0}`, 400, "top_p", "", "more than 0"},
 		{"max_tokens", "/v1/completions", `{"model": "plain", "prompt": "a", "max_tokens": 0}`, 400, "max_tokens", "", "1 or more"},
 		{"stops", "/v1/completions", `{"model": "plain", "prompt": "a", "stop": ["a", "b", "c", "d", "e"]}`, 400, "stop", "", "at most 4"},
+		{"repetition_penalty", "/v1/completions", `{"model": "plain", "prompt": "a", "repetition_penalty": 0}`, 400, "repetition_penalty", "", "more than 0"},
 		{"presence", "/v1/completions", `{"model": "plain", "prompt": "a", "presence_penalty": 0.5}`, 400, "presence_penalty", "", "only 0"},
 		{"frequency", "/v1/chat/completions", `{"model": "tiny", "messages": [{"role": "user", "content": "a"}], "frequency_penalty": 1}`, 400, "frequency_penalty", "", "only 0"},
 		{"logprobs above 5", "/v1/completions", `{"model": "plain", "prompt": "a", "logprobs": 6}`, 400, "logprobs", "", "logprobs: 6: want 0 to 5"},
@@ -374,16 +385,6 @@ func TestErrors(t *testing.T) {
 	}
 }
 
-// holdSlot takes the generation slot as a running request would, until
-// the returned function is called.
-func holdSlot(t *testing.T, s *Server) func() {
-	release, e := s.acquire(context.Background())
-	if e != nil || release == nil {
-		t.Fatalf("acquire: %v", e)
-	}
-	return release
-}
-
 // waitFor polls cond until it holds (a queue changes as requests arrive
 // and leave, which the test cannot observe otherwise).
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -397,12 +398,32 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Fatalf("gave up waiting for %s", what)
 }
 
-// TestQueue: a full queue answers 503 with Retry-After, a queued client
-// that leaves frees its place at once, and the queue still serves.
+// load is how many requests the model's scheduler runs and holds waiting.
+func load(s *Server, name string) (running, waiting int) {
+	return s.models[name].Runner.Scheduler().Load()
+}
+
+// TestQueue: with the slot taken and the queue full, one more request is
+// answered 503 with Retry-After; a queued client that leaves frees its
+// place at once, and the queue still serves.
 func TestQueue(t *testing.T) {
-	s, ts := newTestServer(t, Options{Queue: 2})
-	release := holdSlot(t, s)
+	var steps sync.Mutex // held: the model's steps wait
+	s, err := New([]Model{tinyModel(t, "tiny", true, servetest.Options{}), tinyModel(t, "plain", false, servetest.Options{Slots: 1, Queue: 2, Lock: &steps})}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	steps.Lock()
 	const body = `{"model": "plain", "prompt": "the", "max_tokens": 2}`
+	var wg sync.WaitGroup
+	answered := func() {
+		if resp := post(t, ts, "/v1/completions", body); resp.StatusCode != 200 {
+			t.Errorf("queued request: %s", resp.Status)
+		}
+	}
+	wg.Go(answered)
+	waitFor(t, "the first to take the slot", func() bool { r, _ := load(s, "plain"); return r == 1 })
 
 	ctx, cancel := context.WithCancel(context.Background())
 	left := make(chan error, 1)
@@ -411,15 +432,9 @@ func TestQueue(t *testing.T) {
 		_, err := http.DefaultClient.Do(req)
 		left <- err
 	}()
-	waitFor(t, "the first to queue", func() bool { return s.pending.Load() == 2 })
-	var wg sync.WaitGroup
-	queued := func() {
-		if resp := post(t, ts, "/v1/completions", body); resp.StatusCode != 200 {
-			t.Errorf("queued request: %s", resp.Status)
-		}
-	}
-	wg.Go(queued)
-	waitFor(t, "the second to queue", func() bool { return s.pending.Load() == 3 })
+	waitFor(t, "the second to queue", func() bool { _, w := load(s, "plain"); return w == 1 })
+	wg.Go(answered)
+	waitFor(t, "the third to queue", func() bool { _, w := load(s, "plain"); return w == 2 })
 
 	resp := post(t, ts, "/v1/completions", body)
 	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
@@ -430,41 +445,72 @@ func TestQueue(t *testing.T) {
 	if deref(e.Error.Code) != "queue_full" {
 		t.Errorf("queue full: %+v", e.Error)
 	}
+	// The other model's queue is its own.
+	if resp := post(t, ts, "/v1/completions", `{"model": "tiny", "prompt": "the", "max_tokens": 2}`); resp.StatusCode != 200 {
+		t.Errorf("the other model while this one's queue is full: %s", resp.Status)
+	}
 
 	cancel()
 	<-left
-	waitFor(t, "the client that left to free its place", func() bool { return s.pending.Load() == 2 })
-	wg.Go(queued)
-	waitFor(t, "the third to queue", func() bool { return s.pending.Load() == 3 })
-	release()
+	waitFor(t, "the client that left to free its place", func() bool { _, w := load(s, "plain"); return w == 1 })
+	wg.Go(answered)
+	waitFor(t, "the fourth to queue", func() bool { _, w := load(s, "plain"); return w == 2 })
+	steps.Unlock()
 	wg.Wait()
-	if n := s.pending.Load(); n != 0 {
-		t.Errorf("%d requests pending after all were answered", n)
-	}
+	waitFor(t, "the queue to empty", func() bool { r, w := load(s, "plain"); return r == 0 && w == 0 })
 }
 
-// TestQueueOrder: requests get the slot in the order they asked for it.
-func TestQueueOrder(t *testing.T) {
-	s, err := New([]Model{tinyModel(t, "tiny", false)}, Options{})
-	if err != nil {
-		t.Fatal(err)
+// TestParallelSameText: requests generated together, with fixed seeds,
+// get the text each gets alone.
+func TestParallelSameText(t *testing.T) {
+	_, ts := newTestServer(t, Options{})
+	body := func(i int) string {
+		if i%2 == 0 {
+			return fmt.Sprintf(`{"model": "tiny", "messages": [{"role": "user", "content": "the dog %d saw %s"}], "max_tokens": %d, "temperature": 0.9, "seed": %d}`, i, strings.Repeat("a cat ", i), 8+i, i)
+		}
+		return fmt.Sprintf(`{"model": "tiny", "prompt": "the girl %d %s", "max_tokens": %d, "temperature": %d, "seed": %d}`, i, strings.Repeat("ran home ", i), 20-i, i%3, i)
 	}
-	release := holdSlot(t, s)
-	got := make(chan int, 5)
+	text := func(i int) string {
+		path := "/v1/completions"
+		if i%2 == 0 {
+			path = "/v1/chat/completions"
+		}
+		resp, err := http.Post(ts.URL+path, "application/json", strings.NewReader(body(i)))
+		if err != nil {
+			t.Error(err)
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Errorf("request %d: %s %s", i, resp.Status, b)
+		}
+		var v struct {
+			Choices []struct {
+				Text    string
+				Message struct{ Content string }
+			}
+		}
+		if err := json.Unmarshal(b, &v); err != nil || len(v.Choices) != 1 {
+			t.Errorf("request %d: %s", i, b)
+			return ""
+		}
+		return v.Choices[0].Text + v.Choices[0].Message.Content
+	}
+	const n = 12
+	alone := make([]string, n)
+	for i := range n {
+		alone[i] = text(i)
+	}
+	together := make([]string, n)
 	var wg sync.WaitGroup
-	for i := range 5 {
-		wg.Go(func() {
-			r, _ := s.acquire(context.Background())
-			got <- i
-			r()
-		})
-		waitFor(t, "a request to queue", func() bool { return s.pending.Load() == int64(i+2) })
+	for i := range n {
+		wg.Go(func() { together[i] = text(i) })
 	}
-	release()
 	wg.Wait()
-	for i := range 5 {
-		if n := <-got; n != i {
-			t.Fatalf("served %d in place %d", n, i)
+	for i := range n {
+		if together[i] != alone[i] {
+			t.Errorf("request %d: %q together, %q alone", i, together[i], alone[i])
 		}
 	}
 }
@@ -575,7 +621,8 @@ func (s *syncBuffer) String() string {
 // TestServeShutdown: when its context ends, Serve stops accepting, cancels
 // a request still waiting after the grace period and returns nil.
 func TestServeShutdown(t *testing.T) {
-	s, err := New([]Model{tinyModel(t, "tiny", false)}, Options{})
+	var steps sync.Mutex // held: the model's steps wait
+	s, err := New([]Model{tinyModel(t, "tiny", false, servetest.Options{Lock: &steps})}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -593,8 +640,7 @@ func TestServeShutdown(t *testing.T) {
 	}
 	resp.Body.Close()
 
-	release := holdSlot(t, s) // the next request waits past the grace period
-	defer release()
+	steps.Lock() // the next request waits past the grace period
 	stuck := make(chan error, 1)
 	go func() {
 		resp, err := http.Post(url, "application/json", strings.NewReader(`{"model": "tiny", "prompt": "the", "max_tokens": 2}`))
@@ -603,13 +649,16 @@ func TestServeShutdown(t *testing.T) {
 		}
 		stuck <- err
 	}()
-	waitFor(t, "the request to queue", func() bool { return s.pending.Load() == 2 })
+	waitFor(t, "the request to take the slot", func() bool { r, _ := load(s, "tiny"); return r == 1 })
 	stop()
-	if err := <-served; err != nil {
-		t.Errorf("Serve: %v", err)
-	}
+	// After the grace period the connection is closed; the generation
+	// leaves its slot at the next step.
 	if err := <-stuck; err == nil {
 		t.Errorf("the request cancelled by the stop got an answer")
+	}
+	steps.Unlock()
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
 	}
 	if _, err := http.Post(url, "application/json", strings.NewReader(`{}`)); err == nil {
 		t.Errorf("still accepting after the stop")
@@ -706,4 +755,21 @@ func toBytes(b []int) []byte {
 		out[i] = byte(v)
 	}
 	return out
+}
+
+// TestIgnoreEOS: with ignore_eos (vLLM's and llama-server's extension) a
+// request generates its max_tokens whatever the model says; with a
+// repetition_penalty it is sampled with it.
+func TestIgnoreEOS(t *testing.T) {
+	_, ts := newTestServer(t, Options{})
+	for _, body := range []string{
+		`{"model": "plain", "prompt": "the", "max_tokens": 60, "temperature": 0, "ignore_eos": true}`,
+		`{"model": "plain", "prompt": "the", "max_tokens": 60, "temperature": 0.8, "seed": 3, "repetition_penalty": 1.2, "ignore_eos": true}`,
+	} {
+		resp := post(t, ts, "/v1/completions", body)
+		var c struct{ Usage usage }
+		if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || resp.StatusCode != 200 || c.Usage.CompletionTokens != 60 {
+			t.Errorf("%s: %s, %d tokens (%v)", body, resp.Status, c.Usage.CompletionTokens, err)
+		}
+	}
 }

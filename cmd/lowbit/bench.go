@@ -15,6 +15,7 @@ import (
 type benchFlags struct {
 	prompt, gen, reps int
 	depth             int
+	batches           []int
 	shapes, bits      []string
 	device            string
 	asJSON, quiet     bool
@@ -34,6 +35,10 @@ func newBenchCmd() *cobra.Command {
 the weight bytes a generated token reads, the bandwidth that achieves, and on a GPU
 the device's copy bandwidth (the roofline) and its memory by kind.
 
+-b (--batch) replaces the tg test with one per batch size B: B sequences decode together,
+one token each per step, and the test reports their aggregate tokens per second, as
+llama-batched-bench's S_TG (the throughput of a server generating for B users at once).
+
 Without a model, --shape builds models of real architectures' exact shapes with
 random weights in --bits (no download), one of
   ` + strings.Join(bench.Shapes(), ", ") + `
@@ -42,7 +47,8 @@ the GPU, float32 on the CPU). Both take comma-separated lists.`,
 		Example: `  lowbit bench ./tinyllama-q4
   lowbit bench --shape tinyllama,llama2-7b --bits 4,8 -p 512 -n 128
   lowbit bench --shape llama3.1-8b,qwen2.5-7b,qwen3-8b,gemma2-9b,phi3.5-mini --bits 4
-  lowbit bench --shape bitnet-2b --bits tq2 --json`,
+  lowbit bench --shape bitnet-2b --bits tq2 --json
+  lowbit bench --shape tinyllama -p 0 -b 1,8,32,64`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runBench(cmd, args, f)
@@ -53,6 +59,7 @@ the GPU, float32 on the CPU). Both take comma-separated lists.`,
 	fl.IntVarP(&f.gen, "n-gen", "n", 128, "generated tokens of the tg test (0: none)")
 	fl.IntVarP(&f.depth, "depth", "d", 0, "tokens already in the context when each test starts")
 	fl.IntVarP(&f.reps, "repetitions", "r", 5, "timed repetitions of each test")
+	fl.IntSliceVarP(&f.batches, "batch", "b", nil, "sequences decoding together in the tg test, one test per size (aggregate tokens/s)")
 	fl.StringSliceVar(&f.shapes, "shape", nil, "random model of this shape instead of a model: "+strings.Join(bench.Shapes(), ", "))
 	fl.StringSliceVar(&f.bits, "bits", []string{"4"}, "format of a --shape model: 1, 2, 4, 8, ternary (also tq2) or f16 (16-bit floats on the GPU)")
 	fl.StringVar(&f.device, "device", "auto", "where to run: cuda, cpu or auto")
@@ -72,6 +79,14 @@ func runBench(cmd *cobra.Command, args []string, f benchFlags) error {
 	}
 	if len(args) == 1 && cmd.Flags().Changed("bits") {
 		return fmt.Errorf("--bits chooses the format of --shape models; a model is measured in the format it is stored in")
+	}
+	for _, b := range f.batches {
+		if b < 1 {
+			return fmt.Errorf("--batch %d: want 1 or more sequences", b)
+		}
+	}
+	if len(f.batches) > 0 && f.sampling.temp > 0 {
+		return fmt.Errorf("--batch with --temp: batched decoding is measured greedy")
 	}
 	progress := progressWriter(f.quiet || f.asJSON)
 	sampling, err := f.sampling.options()
@@ -117,7 +132,7 @@ func runBench(cmd *cobra.Command, args []string, f benchFlags) error {
 		if err != nil {
 			return err
 		}
-		opts := bench.Options{Prompt: f.prompt, Gen: f.gen, Depth: f.depth, Reps: f.reps, Progress: progress, KVCache: f.kvCache.t}
+		opts := bench.Options{Prompt: f.prompt, Gen: f.gen, Depth: f.depth, Reps: f.reps, Batches: f.batches, Progress: progress, KVCache: f.kvCache.t}
 		if sampling.Temperature > 0 {
 			opts.Sampling = &sampling
 		}

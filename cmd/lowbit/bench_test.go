@@ -41,10 +41,17 @@ func TestBench(t *testing.T) {
 	if err != nil || !strings.Contains(out, "| tg4 sampled |") {
 		t.Fatalf("sampled bench: %v\n%s", err, out)
 	}
+	// -b: one batched tg test per size.
+	out, _, err = runIn(t, "", "bench", dir, "-p", "0", "-n", "3", "-r", "1", "--device", "cpu", "-b", "1,4")
+	if err != nil || !strings.Contains(out, "| tg3 b1 |") || !strings.Contains(out, "| tg3 b4 |") {
+		t.Fatalf("batched bench: %v\n%s", err, out)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
+		{[]string{"bench", dir, "-b", "0"}, "--batch 0: want 1 or more"},
+		{[]string{"bench", dir, "-b", "2", "--temp", "0.7"}, "--batch with --temp"},
 		{[]string{"bench"}, "give a model or --shape"},
 		{[]string{"bench", dir, "--shape", "tinyllama"}, "give a model or --shape"},
 		{[]string{"bench", "--shape", "nosuch"}, "unknown shape"},

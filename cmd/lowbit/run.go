@@ -316,7 +316,7 @@ func (g *generation) finish(res chat.Result, prompt string) error {
 		fmt.Fprintln(g.out)
 	}
 	if res.Stop == chat.StopContext {
-		fmt.Fprintf(g.errw, "lowbit: stopped at the end of the context (%d tokens); raise --ctx for more\n", g.r.Session().Context())
+		fmt.Fprintf(g.errw, "lowbit: stopped at the end of the context (%d tokens); raise --ctx for more\n", g.r.Context())
 	}
 	return g.report(res, prompt)
 }

@@ -2,15 +2,19 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
 	"lowbit/chat"
 	"lowbit/model"
+	"lowbit/sched"
 	"lowbit/serve"
 	"lowbit/tokenizer"
 )
@@ -21,6 +25,8 @@ type serveFlags struct {
 	port     int
 	queue    int
 	parallel int
+	chunk    int
+	kvBudget string
 	apiKey   string
 	maxBody  int64
 	grace    time.Duration
@@ -46,16 +52,21 @@ POST /v1/chat/completions (messages in the model's chat template), POST /v1/comp
 GET /v1/models, and GET /health. A model's id in the API is its name as given here.
 Responses stream as server-sent events with "stream": true.
 
-A model holds one sequence, so requests are generated one at a time in the order they
-came; up to --queue more wait, and one more is answered 503 with Retry-After. A client
-that disconnects leaves the queue, or stops its generation, at once.
+Each model generates up to --parallel requests at once (continuous batching): every step
+decodes one token of each running request, and feeds the prompts of new ones in chunks of
+--chunk tokens beside them, so a long prompt never stalls the others' streams. Each request
+has a cache slot of --ctx positions (--kv-budget caps the cache instead: the slots share
+it); more requests wait in the order they came, up to --queue, and one more is answered
+503 with Retry-After. A client that disconnects leaves the queue, or its slot, at once.
 
 It listens on the loopback address unless --host says otherwise; with --api-key (or
 ` + apiKeyEnv + `) every request but /health must send Authorization: Bearer <key>.
-One line per request goes to stderr (--json: one JSON object). SIGTERM or Ctrl-C stops
+One line per request goes to stderr (--json: one JSON object), with a generation's
+wait for a slot, time to first token and inter-token latency (mean and longest). SIGTERM or Ctrl-C stops
 accepting, lets requests in flight finish for --grace, cancels the rest and exits 0.`,
 		Example: `  lowbit serve demo
   lowbit serve ./tinyllama-q4 ./mistral-q4 --port 8000
+  lowbit serve ./tinyllama-q4 --parallel 64 --kv-budget 8GiB
   LOWBIT_API_KEY=secret lowbit serve ./tinyllama-q4 --host 0.0.0.0`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -68,8 +79,10 @@ accepting, lets requests in flight finish for --grace, cancels the rest and exit
 	fl := cmd.Flags()
 	fl.StringVar(&f.host, "host", "127.0.0.1", "address to listen on (another than loopback: give --api-key too)")
 	fl.IntVar(&f.port, "port", 8080, "port to listen on (0: any free one)")
-	fl.IntVar(&f.queue, "queue", serve.DefaultQueue, "most requests waiting while one is generated")
-	fl.IntVar(&f.parallel, "parallel", 1, "sequences generated at once (only 1: batching is not there yet)")
+	fl.IntVar(&f.queue, "queue", sched.DefaultQueue, "most requests waiting for a slot, per model")
+	fl.IntVar(&f.parallel, "parallel", 1, "requests generated at once, per model (cache slots)")
+	fl.IntVar(&f.chunk, "chunk", 0, fmt.Sprintf("prompt tokens fed per step beside the decoding requests (default %d, less where --parallel leaves no room; %d with --parallel 1)", sched.DefaultChunk, maxStep))
+	fl.StringVar(&f.kvBudget, "kv-budget", "", "most memory of each model's KV cache, e.g. 8GiB: each slot's context is what fits (at most --ctx)")
 	fl.StringVar(&f.apiKey, "api-key", "", "bearer token every request must send (default $"+apiKeyEnv+")")
 	fl.Int64Var(&f.maxBody, "max-body", serve.DefaultMaxBodyBytes, "largest request body in bytes")
 	fl.DurationVar(&f.grace, "grace", 10*time.Second, "how long requests in flight may finish after SIGTERM")
@@ -84,9 +97,14 @@ accepting, lets requests in flight finish for --grace, cancels the rest and exit
 
 // checkServeFlags refuses flags out of range before a model is loaded.
 func checkServeFlags(f serveFlags) error {
+	room := maxStep - (f.parallel - 1) // the prompt tokens a step holds beside the decode tokens
 	switch {
-	case f.parallel != 1:
-		return fmt.Errorf("--parallel %d: batching several sequences is not there yet; only --parallel 1 is supported", f.parallel)
+	case f.parallel < 1 || f.parallel > maxStep:
+		return fmt.Errorf("--parallel %d: want 1 to %d", f.parallel, maxStep)
+	case f.chunk < 0:
+		return fmt.Errorf("--chunk %d: want 1 or more", f.chunk)
+	case f.chunk > room:
+		return fmt.Errorf("--chunk %d with --parallel %d: a step would hold %d tokens, over %d; lower one of them", f.chunk, f.parallel, f.chunk+f.parallel-1, maxStep)
 	case f.port < 0 || f.port > 65535:
 		return fmt.Errorf("--port %d: want 0 to 65535", f.port)
 	case f.queue < 1:
@@ -98,7 +116,22 @@ func checkServeFlags(f serveFlags) error {
 	case f.ctxLen < 0:
 		return fmt.Errorf("--ctx %d: want 0 (the model's) or more", f.ctxLen)
 	}
+	if _, err := kvBudget(f.kvBudget); err != nil {
+		return err
+	}
 	return nil
+}
+
+// kvBudget parses --kv-budget (0: none).
+func kvBudget(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := humanize.ParseBytes(s)
+	if err != nil || n > math.MaxInt64 {
+		return 0, fmt.Errorf("--kv-budget %q: want a size such as 8GiB or 512MB", s)
+	}
+	return int64(n), nil
 }
 
 func runServe(cmd *cobra.Command, args []string, f serveFlags) error {
@@ -107,21 +140,23 @@ func runServe(cmd *cobra.Command, args []string, f serveFlags) error {
 	}
 	ctx := cmd.Context()
 	stderr := cmd.ErrOrStderr()
-	// One backend for every model: they run one at a time.
+	// One backend for every model: their schedulers take turns at it, a
+	// step at a time.
 	backend, release, err := openBackend(f.device, stderr, f.quiet)
 	if err != nil {
 		return err
 	}
 	defer release()
+	var steps sync.Mutex
 	var models []serve.Model
 	for _, name := range args {
-		m, err := loadServed(cmd, name, backend, f)
+		m, err := loadServed(cmd, name, backend, &steps, f)
 		if err != nil {
 			return err
 		}
 		models = append(models, m)
 	}
-	srv, err := serve.New(models, serve.Options{Queue: f.queue, MaxBodyBytes: f.maxBody, APIKey: f.apiKey, Log: stderr, JSONLog: f.jsonLog})
+	srv, err := serve.New(models, serve.Options{MaxBodyBytes: f.maxBody, APIKey: f.apiKey, Log: stderr, JSONLog: f.jsonLog})
 	if err != nil {
 		return err
 	}
@@ -140,8 +175,9 @@ func runServe(cmd *cobra.Command, args []string, f serveFlags) error {
 	return nil
 }
 
-// loadServed loads one model argument for serving, named as it was given.
-func loadServed(cmd *cobra.Command, name string, backend model.Backend, f serveFlags) (serve.Model, error) {
+// loadServed loads one model argument for serving, named as it was given,
+// on a session of --parallel slots scheduled with the others' steps.
+func loadServed(cmd *cobra.Command, name string, backend model.Backend, steps sync.Locker, f serveFlags) (serve.Model, error) {
 	ctx := cmd.Context()
 	dir, err := resolveModelDir(ctx, name, f.revision, f.offline, progressWriter(f.quiet), noticeWriter(cmd, f.quiet))
 	if err != nil {
@@ -162,19 +198,46 @@ func loadServed(cmd *cobra.Command, name string, backend model.Backend, f serveF
 	if f.ctxLen > m.Config.MaxPositions {
 		return serve.Model{}, fmt.Errorf("%s: --ctx %d: the model reads at most %d positions (its max_position_embeddings)", name, f.ctxLen, m.Config.MaxPositions)
 	}
-	s, err := m.NewSession(model.SessionOptions{Backend: backend, Context: f.ctxLen, Batch: maxStep})
+	ctxLen := f.ctxLen
+	if ctxLen == 0 {
+		ctxLen = min(m.Config.MaxPositions, model.DefaultContext)
+	}
+	budget, err := kvBudget(f.kvBudget)
 	if err != nil {
 		return serve.Model{}, err
 	}
-	r, err := chat.NewRunner(s, tok)
+	if budget > 0 {
+		fits := budget / (int64(f.parallel) * m.Config.CachePositionBytes())
+		if fits < minSlotContext {
+			return serve.Model{}, fmt.Errorf("%s: --kv-budget %s holds %d positions for each of --parallel %d slots (a position takes %s); want at least %d: raise it or lower --parallel",
+				name, f.kvBudget, fits, f.parallel, humanBytes(m.Config.CachePositionBytes()), minSlotContext)
+		}
+		ctxLen = int(min(int64(ctxLen), fits))
+	}
+	s, err := m.NewSession(model.SessionOptions{Backend: backend, Context: ctxLen, Batch: maxStep, Slots: f.parallel})
+	if err != nil {
+		return serve.Model{}, err
+	}
+	sc, err := sched.New(s, sched.Options{Chunk: f.chunk, Queue: f.queue, Lock: steps})
 	if err != nil {
 		return serve.Model{}, fmt.Errorf("%s: %w", name, err)
 	}
-	if tpl == nil && !f.quiet {
-		fmt.Fprintf(cmd.ErrOrStderr(), "lowbit: %s has no chat template: it answers /v1/completions only\n", name)
+	r, err := chat.NewScheduled(sc, tok)
+	if err != nil {
+		return serve.Model{}, fmt.Errorf("%s: %w", name, err)
+	}
+	if !f.quiet {
+		w := cmd.ErrOrStderr()
+		fmt.Fprintf(w, "lowbit: %s: %d slot(s) of %d positions, KV cache %s, prompts in chunks of %d\n", name, f.parallel, ctxLen, humanBytes(s.CacheBytes()), sc.Options().Chunk)
+		if tpl == nil {
+			fmt.Fprintf(w, "lowbit: %s has no chat template: it answers /v1/completions only\n", name)
+		}
 	}
 	return serve.Model{Name: name, Runner: r, Template: tpl}, nil
 }
+
+// minSlotContext is the least context a slot may have under --kv-budget.
+const minSlotContext = 64
 
 // isLoopback reports whether addr is a loopback address.
 func isLoopback(addr net.Addr) bool {

@@ -24,7 +24,11 @@ func TestServeFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--parallel", "2"}, "--parallel 2: batching several sequences is not there yet; only --parallel 1 is supported"},
+		{[]string{"--parallel", "0"}, "--parallel 0: want 1 to 512"},
+		{[]string{"--parallel", "600"}, "--parallel 600: want 1 to 512"},
+		{[]string{"--parallel", "64", "--chunk", "500"}, "--chunk 500 with --parallel 64: a step would hold 563 tokens, over 512; lower one of them"},
+		{[]string{"--chunk", "-1"}, "--chunk -1: want 1 or more"},
+		{[]string{"--kv-budget", "lots"}, `--kv-budget "lots": want a size such as 8GiB or 512MB`},
 		{[]string{"--queue", "0"}, "--queue 0: want 1 or more"},
 		{[]string{"--port", "70000"}, "--port 70000: want 0 to 65535"},
 		{[]string{"--max-body", "0"}, "--max-body 0: want 1 or more"},
@@ -45,7 +49,9 @@ func TestServeSIGTERM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(self, "serve", dir, "--port", "0", "--device", "cpu", "--json")
+	// Each position of the fixture's cache takes 384 bytes: 200 KiB hold
+	// 133 positions for each of 4 slots.
+	cmd := exec.Command(self, "serve", dir, "--port", "0", "--device", "cpu", "--json", "--parallel", "4", "--kv-budget", "200KiB")
 	cmd.Env = append(os.Environ(), asLowbit+"=1", apiKeyEnv+"=")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -58,10 +64,15 @@ func TestServeSIGTERM(t *testing.T) {
 	lines := bufio.NewScanner(stderr)
 	listening := regexp.MustCompile(`serving 1 model\(s\) on (http://\S+)/v1`)
 	var base string
+	slots := false
 	for base == "" && lines.Scan() {
 		if m := listening.FindStringSubmatch(lines.Text()); m != nil {
 			base = m[1]
 		}
+		slots = slots || strings.Contains(lines.Text(), ": 4 slot(s) of 133 positions, KV cache 199.5 KiB")
+	}
+	if !slots {
+		t.Error("no line telling the slots")
 	}
 	if base == "" {
 		t.Fatalf("no listening line: %v", lines.Err())
@@ -81,9 +92,12 @@ func TestServeSIGTERM(t *testing.T) {
 	var entry struct {
 		Method, Path     string
 		Status           int
-		CompletionTokens int `json:"completion_tokens"`
+		CompletionTokens int      `json:"completion_tokens"`
+		TTFT             *float64 `json:"ttft_ms"`
+		ITL              *float64 `json:"itl_ms"`
 	}
-	if err := json.Unmarshal(lines.Bytes(), &entry); err != nil || entry.Path != "/v1/chat/completions" || entry.Status != 200 || entry.CompletionTokens != 2 {
+	if err := json.Unmarshal(lines.Bytes(), &entry); err != nil || entry.Path != "/v1/chat/completions" || entry.Status != 200 || entry.CompletionTokens != 2 ||
+		entry.TTFT == nil || !(*entry.TTFT > 0) || entry.ITL == nil {
 		t.Errorf("log line %q: %v", lines.Text(), err)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -106,7 +120,7 @@ func TestServeSIGTERM(t *testing.T) {
 }
 
 func TestLoadtest(t *testing.T) {
-	r, tpl := servetest.Runner(t, true)
+	r, tpl := servetest.Runner(t, true, servetest.Options{Slots: 4})
 	srv, err := serve.New([]serve.Model{{Name: "tiny", Runner: r, Template: tpl}}, serve.Options{APIKey: "k"})
 	if err != nil {
 		t.Fatal(err)
@@ -131,5 +145,36 @@ func TestLoadtest(t *testing.T) {
 	var rep loadgen.Report
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Completed != 6 || rep.Model != "tiny" {
 		t.Errorf("--json: %v %+v", err, rep)
+	}
+}
+
+// FuzzKVBudget: any --kv-budget is a size of 0 or more, or an error
+// naming the flag.
+func FuzzKVBudget(f *testing.F) {
+	for _, s := range []string{"8GiB", "512MB", "1.5 gib", "0", "", "12", "1e9", "-3GB", "99999999999999999999EiB", "GiB", ".", "1,000kb"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := kvBudget(s)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "--kv-budget ") {
+				t.Fatalf("%q: %v", s, err)
+			}
+			return
+		}
+		if n < 0 {
+			t.Fatalf("%q: %d bytes", s, n)
+		}
+	})
+}
+
+func TestKVBudget(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+	}{{"", 0}, {"8GiB", 8 << 30}, {"512MB", 512e6}, {"200KiB", 200 << 10}, {"1024", 1024}} {
+		if got, err := kvBudget(tc.in); err != nil || got != tc.want {
+			t.Errorf("%q: %d, %v; want %d", tc.in, got, err, tc.want)
+		}
 	}
 }

@@ -34,11 +34,19 @@ type Options struct {
 	// Concurrency is how many are in flight at once.
 	Concurrency int
 	// PromptWords is each prompt's length in words (random common words, a
-	// different prompt each request so that no server cache answers it).
+	// different prompt each request so that no server cache answers it;
+	// each word is one token in the usual tokenizers, after the first).
 	PromptWords int
+	// PromptWordsMax, when above PromptWords, makes each prompt's length
+	// drawn evenly from PromptWords to PromptWordsMax (the same lengths
+	// every run).
+	PromptWordsMax int
 	// MaxTokens is each request's max_tokens (decoding is greedy, as in
 	// vLLM's benchmark, so that a run repeats).
 	MaxTokens int
+	// IgnoreEOS asks the server to generate all MaxTokens tokens
+	// (ignore_eos, an extension of vLLM's, llama-server's and lowbit's).
+	IgnoreEOS bool
 	// Client sends the requests (nil: http.DefaultClient).
 	Client *http.Client
 }
@@ -49,6 +57,9 @@ type Latency struct {
 	Median float64 `json:"median_ms"`
 	P90    float64 `json:"p90_ms"`
 	P99    float64 `json:"p99_ms"`
+	// Max is the worst: for TTFT the longest any request waited (a
+	// starved request shows here), for ITL the longest a stream stalled.
+	Max float64 `json:"max_ms"`
 }
 
 // Report is a run's result, as vLLM's benchmark prints it.
@@ -94,6 +105,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	case o.Requests < 1 || o.Concurrency < 1 || o.PromptWords < 1 || o.MaxTokens < 1:
 		return nil, fmt.Errorf("loadgen: requests %d, concurrency %d, prompt words %d, max tokens %d: want 1 or more of each",
 			o.Requests, o.Concurrency, o.PromptWords, o.MaxTokens)
+	case o.PromptWordsMax != 0 && o.PromptWordsMax < o.PromptWords:
+		return nil, fmt.Errorf("loadgen: prompt words from %d to %d: the most is below the least", o.PromptWords, o.PromptWordsMax)
 	}
 	if o.Client == nil {
 		o.Client = http.DefaultClient
@@ -173,7 +186,7 @@ func latency(d []time.Duration) Latency {
 		sum += ms[i]
 	}
 	slices.Sort(ms)
-	return Latency{Mean: sum / float64(len(ms)), Median: percentile(ms, 50), P90: percentile(ms, 90), P99: percentile(ms, 99)}
+	return Latency{Mean: sum / float64(len(ms)), Median: percentile(ms, 50), P90: percentile(ms, 90), P99: percentile(ms, 99), Max: ms[len(ms)-1]}
 }
 
 func percentile(sorted []float64, p float64) float64 {
@@ -186,8 +199,13 @@ func percentile(sorted []float64, p float64) float64 {
 // words make the prompts.
 var words = strings.Fields("the a cat dog sat on mat and ran to house tree little big girl boy saw was with it he she they went home day sun")
 
-func prompt(n int, seed uint64) string {
+// prompt is request seed's prompt: lo words, or from lo to hi.
+func prompt(lo, hi int, seed uint64) string {
 	r := rand.New(rand.NewPCG(seed, 0x6c6f6164))
+	n := lo
+	if hi > lo {
+		n += r.IntN(hi - lo + 1)
+	}
 	w := make([]string, n)
 	for i := range w {
 		w[i] = words[r.IntN(len(words))]
@@ -197,10 +215,14 @@ func prompt(n int, seed uint64) string {
 
 // request sends one streamed completion and times its chunks.
 func request(ctx context.Context, o Options, i int) one {
-	body, _ := json.Marshal(map[string]any{
-		"model": o.Model, "prompt": prompt(o.PromptWords, uint64(i)), "max_tokens": o.MaxTokens, "temperature": 0,
+	req := map[string]any{
+		"model": o.Model, "prompt": prompt(o.PromptWords, o.PromptWordsMax, uint64(i)), "max_tokens": o.MaxTokens, "temperature": 0,
 		"stream": true, "stream_options": map[string]bool{"include_usage": true},
-	})
+	}
+	if o.IgnoreEOS {
+		req["ignore_eos"] = true
+	}
+	body, _ := json.Marshal(req)
 	start := time.Now()
 	resp, err := send(ctx, o, "POST", "/v1/completions", body)
 	if err != nil {
