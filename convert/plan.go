@@ -27,10 +27,10 @@ type tensorPlan struct {
 	// (a block format whose blocks do not divide its rows) and takes format
 	// instead; empty otherwise.
 	fallbackFrom quantize.Format
-	rows   int
-	cols   int
-	group  int
-	parts  []partPlan
+	rows         int
+	cols         int
+	group        int
+	parts        []partPlan
 	// packedScale names the weight_scale tensor of a packed BitNet weight (bitnet.go).
 	packedScale string
 }
