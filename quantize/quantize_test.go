@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -420,8 +421,12 @@ func FuzzQuantizeDot(f *testing.F) {
 	f.Add(uint8(0), uint8(3), uint8(40), int64(1))
 	f.Add(uint8(2), uint8(1), uint8(33), int64(9))
 	f.Fuzz(func(t *testing.T, fi, rows, cols uint8, seed int64) {
-		fm := allFormats[int(fi)%len(allFormats)]
+		formats := append(slices.Clone(allFormats), blockFormats...)
+		fm := formats[int(fi)%len(formats)]
 		nr, nc := int(rows%8)+1, int(cols%200)+1
+		if s := fm.Spec(); s.BlockScales {
+			nc = s.Block * (1 + int(cols%3))
+		}
 		r := rand.New(rand.NewPCG(uint64(seed), 1))
 		w := heavy(r, nr*nc)
 		q, err := Quantize(ctx, fm, w, nr, nc, Options{Search: seed%2 == 0})
