@@ -36,7 +36,10 @@ type Options struct {
 	Out string
 	// Store holds converted models by default and extracts the embedded demo.
 	Store store.Store
-	// Bits is the format of linear weights: 1, 2, 4, 8 or ternary (also q1...q8, tq2, f16, bf16, f32).
+	// Bits is the format of linear weights: 1, 2, 4, 8 or ternary (also
+	// q1...q8, tq2, GGUF's block formats q5_0, q5_1, q2k ... q6k, f16, bf16,
+	// f32). A tensor whose rows are not whole blocks of a block format
+	// takes its Spec.Fallback, recorded in the manifest and in the notes.
 	Bits      string
 	GroupSize int
 	// TableGroupSize is the group of the token embeddings and the output
@@ -88,7 +91,8 @@ type Result struct {
 	Manifest *manifest.Manifest `json:"-"`
 	// Validation is the last stage's report (nil with NoValidate).
 	Validation *validate.Report `json:"validation,omitempty"`
-	// Notes says what the conversion left out of the source, and why.
+	// Notes says what the conversion left out of the source, or stored in
+	// another format than asked (a fallback), and why.
 	Notes []string `json:"notes,omitempty"`
 }
 
@@ -283,7 +287,14 @@ func resolveSettings(opts Options, cfg model.Config) (settings, error) {
 	}
 	s.groupSize = opts.GroupSize
 	s.tableGroupSize = opts.TableGroupSize
-	if s.groupSize == 0 && s.linear.Quantized() {
+	if ls := s.linear.Spec(); ls.BlockScales {
+		// The block is the group; tensors that fall back to another
+		// format take that format's default group.
+		if s.groupSize != 0 && s.groupSize != ls.Block {
+			return s, fmt.Errorf("--group-size %d: %s has %d-weight blocks with scales of their own, no groups to set", s.groupSize, s.linear, ls.Block)
+		}
+		s.groupSize = 0
+	} else if s.groupSize == 0 && s.linear.Quantized() {
 		s.groupSize = s.linear.DefaultGroupSize()
 	}
 	s.search = !opts.NoSearch

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -96,6 +97,70 @@ func TestConvertEveryBits(t *testing.T) {
 				t.Errorf("source record %+v", m.Source)
 			}
 		})
+	}
+}
+
+// TestConvertBlockFormats converts to each of GGUF's block formats: a
+// model whose rows are whole 256-weight blocks stores its linear weights
+// in the format, as one qweight part each; one whose rows are not falls
+// back, tensor by tensor, saying so in the manifest and the notes.
+func TestConvertBlockFormats(t *testing.T) {
+	whole := fixture.Llama()
+	whole.Hidden, whole.Intermediate, whole.HeadDim = 256, 512, 64
+	for _, f := range []quantize.Format{quantize.Q5_0, quantize.Q5_1, quantize.Q2K, quantize.Q3K, quantize.Q4K, quantize.Q5K, quantize.Q6K} {
+		t.Run(string(f), func(t *testing.T) {
+			res, _ := convertFixture(t, whole, Options{Bits: strings.ToUpper(string(f)), NoValidate: true})
+			m, err := manifest.Read(res.OutDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkStored(t, res.OutDir, m)
+			if m.Quantization.Format != string(f) || len(res.Notes) != 0 {
+				t.Errorf("format %s, notes %q", m.Quantization.Format, res.Notes)
+			}
+			for name, shape := range whole.Tensors() {
+				e, _ := m.Tensor(name)
+				if len(shape) != 2 || strings.Contains(name, "embed_tokens") || strings.Contains(name, "lm_head") {
+					continue
+				}
+				if e.Format != string(f) || e.GroupSize != f.Spec().Block || len(e.Parts) != 1 || e.Parts[0].Role != manifest.RoleQWeight || e.FallbackFrom != "" {
+					t.Errorf("%s: stored as %s in groups of %d, parts %+v, fallback from %q", name, e.Format, e.GroupSize, e.Parts, e.FallbackFrom)
+				}
+				checkDequant(t, res.OutDir, m, e, whole.Weights(name, shape), *e.RelL2Error)
+			}
+			if _, err := model.Load(context.Background(), res.OutDir, model.LoadOptions{}); err != nil {
+				t.Fatal(err)
+			}
+
+			odd := fixture.Llama() // rows of 48 and 80: whole blocks of no block format
+			res, _ = convertFixture(t, odd, Options{Bits: string(f), NoValidate: true})
+			if m, err = manifest.Read(res.OutDir); err != nil {
+				t.Fatal(err)
+			}
+			fb := f.Spec().Fallback
+			for name, shape := range odd.Tensors() {
+				e, _ := m.Tensor(name)
+				if len(shape) != 2 || strings.Contains(name, "embed_tokens") || strings.Contains(name, "lm_head") {
+					continue
+				}
+				if e.Format != string(fb) || e.FallbackFrom != string(f) {
+					t.Errorf("%s: stored as %s, fallback from %q; want %s from %s", name, e.Format, e.FallbackFrom, fb, f)
+				}
+			}
+			want := "not whole " + fmt.Sprint(f.Spec().Block) + "-weight blocks of " + string(f) + "; stored as " + string(fb)
+			if len(res.Notes) != 2 || !strings.Contains(res.Notes[0], want) || !strings.Contains(res.Notes[1], want) ||
+				!strings.Contains(res.Notes[1], " and 7 more: rows of 48 weights") {
+				t.Errorf("notes %q, want two (rows of 80, rows of 48) saying %q", res.Notes, want)
+			}
+		})
+	}
+	src := filepath.Join(t.TempDir(), "src")
+	if err := whole.Write(src); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Run(context.Background(), Options{Source: src, Out: filepath.Join(t.TempDir(), "out"), Bits: "q4k", GroupSize: 64})
+	if err == nil || !strings.Contains(err.Error(), "--group-size 64: q4k has 256-weight blocks") {
+		t.Errorf("q4k with --group-size 64: %v", err)
 	}
 }
 

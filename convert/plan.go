@@ -23,10 +23,14 @@ type tensorPlan struct {
 	info   safetensors.TensorInfo
 	role   model.Role
 	format quantize.Format
-	rows   int
-	cols   int
-	group  int
-	parts  []partPlan
+	// fallbackFrom is the format asked for where the tensor cannot take it
+	// (a block format whose blocks do not divide its rows) and takes format
+	// instead; empty otherwise.
+	fallbackFrom quantize.Format
+	rows         int
+	cols         int
+	group        int
+	parts        []partPlan
 	// packedScale names the weight_scale tensor of a packed BitNet weight (bitnet.go).
 	packedScale string
 }
@@ -53,6 +57,8 @@ func planTensors(cfg model.Config, set *safetensors.Set, s settings) (plans []*t
 	}
 	has := func(n string) bool { _, ok := set.Info(n); return ok }
 	embedSrc := cfg.StoredAs("model.embed_tokens.weight", has)
+	fallbacks := map[string][]string{} // tensors by the reason they fall back
+	var whys []string
 	for _, name := range names {
 		info, _ := set.Info(name)
 		if isPackedScale(name, packed) {
@@ -97,19 +103,33 @@ func planTensors(cfg model.Config, set *safetensors.Set, s settings) (plans []*t
 			if p.rows == 0 || p.cols == 0 {
 				return nil, nil, fmt.Errorf("tensor %s: empty weight of shape %v", name, info.Shape)
 			}
-			p.group = s.groupSize
-			if p.role != model.RoleLinear {
-				p.group = s.tableGroup(p.format)
+			if f, why := p.format.FallbackFor(p.cols); f != p.format {
+				p.fallbackFrom, p.format = p.format, f
+				if fallbacks[why] == nil {
+					whys = append(whys, why)
+				}
+				fallbacks[why] = append(fallbacks[why], name)
 			}
-			if p.group == 0 {
-				p.group = p.format.DefaultGroupSize()
-			}
-			if p.format.Spec().TensorScale {
+			switch spec := p.format.Spec(); {
+			case spec.TensorScale:
 				p.group = 0
+			case spec.BlockScales:
+				p.group = spec.Block
+			default:
+				p.group = s.groupSize
+				if p.role != model.RoleLinear {
+					p.group = s.tableGroup(p.format)
+				}
+				if p.group == 0 {
+					p.group = p.format.DefaultGroupSize()
+				}
 			}
 		}
 		p.parts = partsOf(p)
 		plans = append(plans, p)
+	}
+	for _, why := range whys { // one note a reason: a model may have hundreds
+		notes = append(notes, fmt.Sprintf("%s: %s", listSome(fallbacks[why]), why))
 	}
 	return plans, notes, nil
 }
@@ -196,7 +216,8 @@ func listSome(names []string) string {
 
 // partsOf lists the stored arrays of a planned tensor, following
 // ARCHITECTURE.md's naming: <name>.qweight, .scales, .mins, .scale, or the
-// plain name for a float tensor.
+// plain name for a float tensor; a block format's scales are inside its
+// .qweight.
 func partsOf(p *tensorPlan) []partPlan {
 	if !p.format.Quantized() {
 		dt := safetensors.DType("F32")
@@ -212,9 +233,11 @@ func partsOf(p *tensorPlan) []partPlan {
 	shape := quantize.Tensor{Format: p.format, Rows: p.rows, Cols: p.cols, GroupSize: p.group}
 	rows, rb := int64(p.rows), int64(shape.RowBytes())
 	parts := []partPlan{{role: manifest.RoleQWeight, spec: safetensors.Spec{Name: p.name + ".qweight", DType: "U8", Shape: []int64{rows, rb}}, bytes: rows * rb}}
-	if s := p.format.Spec(); s.TensorScale {
+	switch s := p.format.Spec(); {
+	case s.BlockScales:
+	case s.TensorScale:
 		parts = append(parts, partPlan{role: manifest.RoleScale, spec: safetensors.Spec{Name: p.name + ".scale", DType: "F32", Shape: []int64{1}}, bytes: 4})
-	} else {
+	default:
 		g := int64(shape.Groups())
 		parts = append(parts, partPlan{role: manifest.RoleScales, spec: safetensors.Spec{Name: p.name + ".scales", DType: "F16", Shape: []int64{rows, g}}, bytes: rows * g * 2})
 		if s.Mins {

@@ -9,7 +9,8 @@ import (
 )
 
 // TestBitsPerWeight pins the storage cost of each --bits: the code's bits
-// plus an fp16 scale (and for q4 and q2 an fp16 minimum) a group.
+// plus an fp16 scale (and for q4 and q2 an fp16 minimum) a group; GGUF's
+// figure for a block format.
 func TestBitsPerWeight(t *testing.T) {
 	tests := []struct {
 		bits  string
@@ -18,6 +19,8 @@ func TestBitsPerWeight(t *testing.T) {
 	}{
 		{"8", 0, 8.5}, {"q8", 128, 8.125}, {"4", 0, 5}, {"4", 128, 4.25},
 		{"2", 0, 3}, {"2", 64, 2.5}, {"1", 0, 1.5}, {"ternary", 0, 2}, {"tq2", 64, 2},
+		{"q5_0", 0, 5.5}, {"Q5_1", 0, 6}, {"q2k", 0, 2.625}, {"q3_k", 0, 3.4375},
+		{"Q4_K", 0, 4.5}, {"q5k", 0, 5.5}, {"q6k", 0, 6.5625},
 	}
 	for _, tc := range tests {
 		got, err := BitsPerWeight(tc.bits, tc.group)

@@ -107,7 +107,7 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 	if err != nil {
 		return manifest.Tensor{}, err
 	}
-	e := manifest.Tensor{Name: p.name, Shape: p.info.Shape, Format: string(p.format), GroupSize: p.group, SourceDType: string(p.info.DType)}
+	e := manifest.Tensor{Name: p.name, Shape: p.info.Shape, Format: string(p.format), GroupSize: p.group, SourceDType: string(p.info.DType), FallbackFrom: string(p.fallbackFrom)}
 	parts := make(map[string]*partWriter, len(p.parts))
 	for _, pp := range p.parts {
 		parts[pp.role] = &partWriter{w: w, name: pp.spec.Name, h: sha256.New()}

@@ -49,6 +49,9 @@ func (d *Device) Upload(t *quantize.Tensor) (*Matrix, error) {
 	if err := t.Validate(); err != nil {
 		return nil, fmt.Errorf("gpu: upload: %w", err)
 	}
+	if t.Format.Spec().BlockScales {
+		return nil, fmt.Errorf("gpu: upload: %s (a GGUF block format) has no GPU kernels yet; run it with --device cpu", t.Format)
+	}
 	m := &Matrix{Format: t.Format, Rows: t.Rows, Cols: t.Cols, GroupSize: t.GroupSize,
 		rowBytes: t.RowBytes(), scale: t.Scale}
 	err := d.do(func() error { return d.uploadTensor(m, t) })

@@ -115,7 +115,10 @@ func (d *Dir) Weight(name string) (*quantize.Tensor, error) {
 	if q.Data, _, err = d.part(t, RoleQWeight); err != nil {
 		return nil, err
 	}
-	if f.Spec().TensorScale {
+	switch {
+	case f.Spec().BlockScales:
+		// The scales are inside the blocks.
+	case f.Spec().TensorScale:
 		b, _, err := d.part(t, RoleScale)
 		if err != nil {
 			return nil, err
@@ -124,7 +127,7 @@ func (d *Dir) Weight(name string) (*quantize.Tensor, error) {
 			return nil, fmt.Errorf("%s: tensor %s: scale has %d bytes, want 4", d.Path, name, len(b))
 		}
 		q.Scale = math.Float32frombits(binary.LittleEndian.Uint32(b))
-	} else {
+	default:
 		b, _, err := d.part(t, RoleScales)
 		if err != nil {
 			return nil, err
@@ -138,6 +141,9 @@ func (d *Dir) Weight(name string) (*quantize.Tensor, error) {
 		}
 	}
 	if err := q.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: tensor %s: %w", d.Path, name, err)
+	}
+	if err := q.CheckBlocks(); err != nil {
 		return nil, fmt.Errorf("%s: tensor %s: %w", d.Path, name, err)
 	}
 	return q, nil

@@ -107,7 +107,8 @@ type File struct {
 
 // Quantization records the converter's settings.
 type Quantization struct {
-	// Format is the format of linear weights (q1, q2, q4, q8, tq2, or a float format).
+	// Format is the format of linear weights (q1, q2, q4, q8, tq2, a block
+	// format such as q4k, or a float format).
 	Format          string `json:"format"`
 	GroupSize       int    `json:"group_size,omitempty"`
 	EmbeddingFormat string `json:"embedding_format"`
@@ -124,8 +125,13 @@ type Tensor struct {
 	Format      string  `json:"format"`
 	GroupSize   int     `json:"group_size,omitempty"`
 	SourceDType string  `json:"source_dtype,omitempty"`
+	// FallbackFrom is the format the conversion asked for where the tensor
+	// could not take it and took Format instead (a block format, q4k, for
+	// a matrix whose rows are not whole blocks of it); empty otherwise.
+	FallbackFrom string `json:"fallback_from,omitempty"`
 	// Parts are the stored pieces: "data" for a float tensor; "qweight",
-	// "scales", "mins" or "scale" for a quantized one.
+	// "scales", "mins" or "scale" for a quantized one ("qweight" alone for
+	// a block format, whose scales are inside its blocks).
 	Parts []Part `json:"parts"`
 	// RelL2Error is ||dequantized - original|| / ||original|| (absent for float tensors kept as they were).
 	RelL2Error *float64 `json:"rel_l2_error,omitempty"`

@@ -20,7 +20,9 @@ import (
 // HF's names and brought back to HF's layout, and each ggml type becomes
 // the lowbit format that holds the same values exactly: F32, F16 and BF16
 // become float32; Q8_0, Q4_0 and Q4_1 are repacked, not requantized, as q8
-// and q4 in groups of 32. Other ggml types are refused for now.
+// and q4 in groups of 32; Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K are
+// lowbit's block formats of the same layouts (q5_0 ... q6k), their bytes
+// copied as they are. Other ggml types are refused for now.
 
 // ggufGroup is the block of ggml's Q8_0, Q4_0 and Q4_1: 32 weights share a
 // scale (and a minimum), as in lowbit's q8 and q4 at group 32.
@@ -314,7 +316,61 @@ func ggufWeight(ti gguf.TensorInfo, b []byte, rows, cols int) (*Weight, error) {
 		}
 		return QuantWeight(q), nil
 	}
-	return nil, fmt.Errorf("ggml type %s is not supported yet (F32, F16, BF16, Q8_0, Q4_0 and Q4_1 are)", ti.Type)
+	if f, ok := ggufBlockFormat(ti.Type); ok {
+		q, err := ggufBlocks(f, ti.Type, b, rows, cols)
+		if err != nil {
+			return nil, err
+		}
+		return QuantWeight(q), nil
+	}
+	return nil, fmt.Errorf("ggml type %s is not supported yet (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K are)", ti.Type)
+}
+
+// ggufBlockFormat is the lowbit block format whose bytes are the ggml
+// type's blocks.
+func ggufBlockFormat(t gguf.GGMLType) (quantize.Format, bool) {
+	switch t {
+	case gguf.Q5_0:
+		return quantize.Q5_0, true
+	case gguf.Q5_1:
+		return quantize.Q5_1, true
+	case gguf.Q2_K:
+		return quantize.Q2K, true
+	case gguf.Q3_K:
+		return quantize.Q3K, true
+	case gguf.Q4_K:
+		return quantize.Q4K, true
+	case gguf.Q5_K:
+		return quantize.Q5K, true
+	case gguf.Q6_K:
+		return quantize.Q6K, true
+	}
+	return "", false
+}
+
+// ggufBlocks takes the blocks of a ggml block type as the lowbit format f
+// of the same layout: the bytes are kept as they are (b is the loader's
+// own copy), after checking that the rows are whole blocks, that the sizes
+// agree, and that no block's fp16 scale or minimum is infinite or NaN.
+func ggufBlocks(f quantize.Format, t gguf.GGMLType, b []byte, rows, cols int) (*quantize.Tensor, error) {
+	s := f.Spec()
+	if int64(s.Block) != t.BlockSize() || int64(s.BlockBytes) != t.TypeSize() {
+		return nil, fmt.Errorf("%s blocks are %d bytes of %d weights, lowbit's %s %d of %d", t, t.TypeSize(), t.BlockSize(), f, s.BlockBytes, s.Block)
+	}
+	if cols%s.Block != 0 {
+		return nil, fmt.Errorf("rows of %d weights are not whole %s blocks of %d", cols, t, s.Block)
+	}
+	if want := int64(rows) * int64(cols/s.Block) * int64(s.BlockBytes); int64(len(b)) != want {
+		return nil, fmt.Errorf("%d bytes of %s, want %d for [%d, %d]", len(b), t, want, rows, cols)
+	}
+	q := &quantize.Tensor{Format: f, Rows: rows, Cols: cols, GroupSize: s.Block, Data: b}
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	if err := q.CheckBlocks(); err != nil {
+		return nil, err
+	}
+	return q, nil
 }
 
 // ggufQuant repacks Q8_0, Q4_0 or Q4_1 blocks as lowbit's q8 or q4 at

@@ -18,6 +18,7 @@ import (
 	"lowbit/internal/fixture"
 	"lowbit/internal/ggufwrite"
 	"lowbit/internal/testmodels"
+	"lowbit/quantize"
 )
 
 // ggufKV is one metadata entry for writeGGUF: a string, uint32, int32,
@@ -137,18 +138,22 @@ const (
 )
 
 // tinyKVs is the metadata of the tiny llama.
-func tinyKVs() []ggufKV {
+func tinyKVs() []ggufKV { return tinyKVsSized(tinyHidden, tinyFFN) }
+
+// tinyKVsSized is the metadata of a tiny llama of hidden size h (4 heads, 2
+// of them for k and v) and feed-forward size ffn.
+func tinyKVsSized(h, ffn int) []ggufKV {
 	return []ggufKV{
 		{"general.architecture", "llama"},
-		{"llama.embedding_length", uint32(tinyHidden)},
+		{"llama.embedding_length", uint32(h)},
 		{"llama.block_count", uint32(1)},
-		{"llama.feed_forward_length", uint32(tinyFFN)},
+		{"llama.feed_forward_length", uint32(ffn)},
 		{"llama.attention.head_count", uint32(tinyHeads)},
 		{"llama.attention.head_count_kv", uint32(tinyKV)},
 		{"llama.attention.layer_norm_rms_epsilon", float32(1e-5)},
 		{"llama.rope.freq_base", float32(10000)},
 		{"llama.context_length", uint32(64)},
-		{"llama.rope.dimension_count", uint32(tinyHeadDim)},
+		{"llama.rope.dimension_count", uint32(h / tinyHeads)},
 		{"tokenizer.ggml.bos_token_id", uint32(1)},
 		{"tokenizer.ggml.eos_token_id", uint32(2)},
 	}
@@ -156,22 +161,59 @@ func tinyKVs() []ggufKV {
 
 // tinyShapes lists the tiny llama's GGUF tensors and their ggml dims
 // (untied: output.weight is there).
-func tinyShapes() []ggufTensor {
-	kv := uint64(tinyKV * tinyHeadDim)
+func tinyShapes() []ggufTensor { return tinyShapesSized(tinyHidden, tinyFFN) }
+
+// tinyShapesSized is tinyShapes for the sizes of tinyKVsSized.
+func tinyShapesSized(h, ffn int) []ggufTensor {
+	hd, f := uint64(h), uint64(ffn)
+	kv := uint64(tinyKV * h / tinyHeads)
 	return []ggufTensor{
-		{name: "token_embd.weight", dims: []uint64{tinyHidden, tinyVocab}},
-		{name: "output_norm.weight", dims: []uint64{tinyHidden}},
-		{name: "output.weight", dims: []uint64{tinyHidden, tinyVocab}},
-		{name: "blk.0.attn_norm.weight", dims: []uint64{tinyHidden}},
-		{name: "blk.0.attn_q.weight", dims: []uint64{tinyHidden, tinyHidden}},
-		{name: "blk.0.attn_k.weight", dims: []uint64{tinyHidden, kv}},
-		{name: "blk.0.attn_v.weight", dims: []uint64{tinyHidden, kv}},
-		{name: "blk.0.attn_output.weight", dims: []uint64{tinyHidden, tinyHidden}},
-		{name: "blk.0.ffn_norm.weight", dims: []uint64{tinyHidden}},
-		{name: "blk.0.ffn_gate.weight", dims: []uint64{tinyHidden, tinyFFN}},
-		{name: "blk.0.ffn_up.weight", dims: []uint64{tinyHidden, tinyFFN}},
-		{name: "blk.0.ffn_down.weight", dims: []uint64{tinyFFN, tinyHidden}},
+		{name: "token_embd.weight", dims: []uint64{hd, tinyVocab}},
+		{name: "output_norm.weight", dims: []uint64{hd}},
+		{name: "output.weight", dims: []uint64{hd, tinyVocab}},
+		{name: "blk.0.attn_norm.weight", dims: []uint64{hd}},
+		{name: "blk.0.attn_q.weight", dims: []uint64{hd, hd}},
+		{name: "blk.0.attn_k.weight", dims: []uint64{hd, kv}},
+		{name: "blk.0.attn_v.weight", dims: []uint64{hd, kv}},
+		{name: "blk.0.attn_output.weight", dims: []uint64{hd, hd}},
+		{name: "blk.0.ffn_norm.weight", dims: []uint64{hd}},
+		{name: "blk.0.ffn_gate.weight", dims: []uint64{hd, f}},
+		{name: "blk.0.ffn_up.weight", dims: []uint64{hd, f}},
+		{name: "blk.0.ffn_down.weight", dims: []uint64{f, hd}},
 	}
+}
+
+// blockHalves are the byte offsets of the fp16 fields (scales, minimums)
+// in a block of each ggml block type, from ggml's layouts.
+var blockHalves = map[gguf.GGMLType][]int{
+	gguf.Q5_0: {0}, gguf.Q5_1: {0, 2}, gguf.Q2_K: {80, 82}, gguf.Q3_K: {108},
+	gguf.Q4_K: {0, 2}, gguf.Q5_K: {0, 2}, gguf.Q6_K: {208},
+}
+
+// randomBlockBytes makes n blocks of a ggml block type from random bytes
+// (every code and sub-block scale) with small random fp16 fields, and
+// returns them with their weights as lowbit's reference decodes them
+// (quantize's tests hold that decode to the layouts, and the llama.cpp
+// test to llama.cpp's own).
+func randomBlockBytes(t testing.TB, rng *rand.Rand, typ gguf.GGMLType, n int) ([]byte, []float32) {
+	f, ok := ggufBlockFormat(typ)
+	if !ok {
+		t.Fatalf("%s is no block type", typ)
+	}
+	s := f.Spec()
+	b := make([]byte, n*s.BlockBytes)
+	for i := range b {
+		b[i] = byte(rng.IntN(256))
+	}
+	for blk := range n {
+		for _, off := range blockHalves[typ] {
+			binary.LittleEndian.PutUint16(b[blk*s.BlockBytes+off:], uint16(half.FromFloat32(float32(rng.NormFloat64()*0.01))))
+		}
+	}
+	q := &quantize.Tensor{Format: f, Rows: 1, Cols: n * s.Block, GroupSize: s.Block, Data: b}
+	w := make([]float32, q.Cols)
+	q.DequantizeRowRef(0, w)
+	return b, w
 }
 
 // randomBlocks makes n blocks of a ggml type from random codes and scales
@@ -232,11 +274,19 @@ func f32Bytes(w []float32) []byte {
 // weight (repacked as q8 or q4) dequantizes to exactly the values of
 // ggml's block formulas, q and k with their rows back in HF's order, and
 // that the model computes what a float model of those values does.
+//
+// The block types (Q5_0 ... Q6_K) keep their bytes: the tiny llama is then
+// one of 256 and 512 columns, whole K-quant super-blocks.
 func TestGGUFQuantTypes(t *testing.T) {
-	for _, typ := range []gguf.GGMLType{gguf.Q8_0, gguf.Q4_0, gguf.Q4_1} {
+	for _, typ := range []gguf.GGMLType{gguf.Q8_0, gguf.Q4_0, gguf.Q4_1, gguf.Q5_0, gguf.Q5_1, gguf.Q2_K, gguf.Q3_K, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K} {
 		t.Run(typ.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(typ), 1))
-			tensors := tinyShapes()
+			bf, isBlock := ggufBlockFormat(typ)
+			hidden, ffn := tinyHidden, tinyFFN
+			if isBlock {
+				hidden, ffn = 256, 512
+			}
+			tensors := tinyShapesSized(hidden, ffn)
 			values := map[string][]float32{} // by GGUF name, in the file's row order
 			for i := range tensors {
 				tn := &tensors[i]
@@ -253,9 +303,17 @@ func TestGGUFQuantTypes(t *testing.T) {
 					continue
 				}
 				tn.typ = typ
-				tn.data, values[tn.name] = randomBlocks(rng, typ, n/32)
+				if isBlock {
+					tn.data, values[tn.name] = randomBlockBytes(t, rng, typ, n/int(typ.BlockSize()))
+				} else {
+					tn.data, values[tn.name] = randomBlocks(rng, typ, n/32)
+				}
 			}
-			m, err := Load(context.Background(), writeGGUF(t, tinyKVs(), tensors), LoadOptions{})
+			fileData := map[string][]byte{}
+			for _, tn := range tensors {
+				fileData[tn.name] = tn.data
+			}
+			m, err := Load(context.Background(), writeGGUF(t, tinyKVsSized(hidden, ffn), tensors), LoadOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -283,7 +341,21 @@ func TestGGUFQuantTypes(t *testing.T) {
 						t.Fatalf("%s row %d (file row %d) = %v, want %v", name, src(r), r, got, want[r*cols:(r+1)*cols])
 					}
 				}
-				if w.Q != nil && (w.Q.GroupSize != 32 || (typ == gguf.Q8_0) != (w.Q.Format == "q8")) {
+				switch {
+				case w.Q == nil:
+				case isBlock:
+					if w.Q.Format != bf {
+						t.Errorf("%s is %s, want %s", name, w.Q.Format, bf)
+					}
+					// The file's bytes, row for row (q and k's rows moved whole).
+					ti := fileData[gname]
+					rb := w.Q.RowBytes()
+					for r := range w.Rows {
+						if !bytes.Equal(w.Q.Data[src(r)*rb:(src(r)+1)*rb], ti[r*rb:(r+1)*rb]) {
+							t.Fatalf("%s row %d: bytes differ from the file's row %d", name, src(r), r)
+						}
+					}
+				case w.Q.GroupSize != 32 || (typ == gguf.Q8_0) != (w.Q.Format == "q8"):
 					t.Errorf("%s is %s in groups of %d", name, w.Q.Format, w.Q.GroupSize)
 				}
 				float[name] = FloatWeight(w.Rows, cols, hfOrder)
@@ -379,10 +451,24 @@ func TestGGUFRefused(t *testing.T) {
 		{"llama3 rope frequencies", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
 			return k, append(ts, f32(ggufTensor{name: "rope_freqs.weight", dims: []uint64{tinyHeadDim / 2}}))
 		}, "rope_freqs.weight"},
-		{"Q5_0", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
-			ts[9] = ggufTensor{name: "blk.0.ffn_gate.weight", dims: []uint64{tinyHidden, tinyFFN}, typ: gguf.Q5_0, data: make([]byte, tinyHidden*tinyFFN/32*22)}
+		{"IQ4_NL", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			ts[9] = ggufTensor{name: "blk.0.ffn_gate.weight", dims: []uint64{tinyHidden, tinyFFN}, typ: gguf.IQ4_NL, data: make([]byte, tinyHidden*tinyFFN/32*18)}
 			return k, ts
-		}, "blk.0.ffn_gate.weight: ggml type Q5_0 is not supported yet"},
+		}, "blk.0.ffn_gate.weight: ggml type IQ4_NL is not supported yet"},
+		{"Q4_K rows of 64", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			ts[9] = ggufTensor{name: "blk.0.ffn_gate.weight", dims: []uint64{tinyHidden, tinyFFN}, typ: gguf.Q4_K, data: make([]byte, tinyHidden*tinyFFN/256*144)}
+			return k, ts
+		}, `tensor "blk.0.ffn_gate.weight": rows of 64 are not a whole number of Q4_K blocks of 256`},
+		{"Q6_K NaN scale", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			ts = nil
+			for _, tn := range tinyShapesSized(256, 512) {
+				ts = append(ts, f32(tn))
+			}
+			data := make([]byte, 256*tinyVocab/256*210)
+			binary.LittleEndian.PutUint16(data[210*3+208:], 0x7e00)
+			ts[2] = ggufTensor{name: "output.weight", dims: []uint64{256, tinyVocab}, typ: gguf.Q6_K, data: data}
+			return tinyKVsSized(256, 512), ts
+		}, "output.weight: q6k block 3 (row 3) has the f16 NaN at byte 208 of its 210"},
 		{"quantized norm", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
 			ts[1] = ggufTensor{name: "output_norm.weight", dims: []uint64{tinyHidden}, typ: gguf.Q8_0, data: make([]byte, 2*34)}
 			return k, ts
@@ -420,7 +506,8 @@ func TestGGUFUnpermuteRows(t *testing.T) {
 
 // ggufOf writes m as a GGUF file the way llama.cpp's converter does (F32,
 // the rows of llama's q and k permuted to ggml's rotary layout) and
-// returns its path.
+// returns its path. Weights in a block format are written as its ggml
+// type, their bytes as they are.
 func ggufOf(t *testing.T, m *Model) string {
 	t.Helper()
 	c := m.Config
@@ -443,28 +530,85 @@ func ggufOf(t *testing.T, m *Model) string {
 	var tensors []ggufTensor
 	for gname, name := range ggufNames(c) {
 		w := m.Weights[name]
-		data := slices.Clone(w.F32)
 		heads := 0
 		if a == "llama" && strings.HasSuffix(name, "q_proj.weight") {
 			heads = c.NumHeads
 		} else if a == "llama" && strings.HasSuffix(name, "k_proj.weight") {
 			heads = c.NumKVHeads
 		}
+		src := func(r int) int { return r }
 		if heads > 0 { // file row h*d + 2i + j is HF row h*d + j*d/2 + i
 			d := w.Rows / heads
-			for r := range w.Rows {
-				src := r/d*d + r%2*d/2 + r%d/2
-				copy(data[r*w.Cols:], w.F32[src*w.Cols:(src+1)*w.Cols])
-			}
+			src = func(r int) int { return r/d*d + r%2*d/2 + r%d/2 }
 		}
 		dims := []uint64{uint64(w.Cols), uint64(w.Rows)}
 		if len(c.TensorShape(name)) == 1 {
 			dims = dims[:1]
 		}
-		tensors = append(tensors, ggufTensor{name: gname, dims: dims, typ: gguf.F32, data: f32Bytes(data)})
+		tn := ggufTensor{name: gname, dims: dims, typ: gguf.F32}
+		if w.Q != nil {
+			tn.typ = ggmlTypeOf(t, w.Q.Format)
+			rb := w.Q.RowBytes()
+			for r := range w.Rows {
+				tn.data = append(tn.data, w.Q.Data[src(r)*rb:(src(r)+1)*rb]...)
+			}
+		} else {
+			data := make([]float32, 0, len(w.F32))
+			for r := range w.Rows {
+				data = append(data, w.F32[src(r)*w.Cols:(src(r)+1)*w.Cols]...)
+			}
+			tn.data = f32Bytes(data)
+		}
+		tensors = append(tensors, tn)
 	}
 	slices.SortFunc(tensors, func(x, y ggufTensor) int { return strings.Compare(x.name, y.name) })
 	return writeGGUF(t, kvs, tensors)
+}
+
+// ggmlTypeOf is the ggml type whose blocks are block format f's.
+func ggmlTypeOf(t *testing.T, f quantize.Format) gguf.GGMLType {
+	t.Helper()
+	for typ := range gguf.GGMLType(64) {
+		if bf, ok := ggufBlockFormat(typ); ok && bf == f {
+			return typ
+		}
+	}
+	t.Fatalf("%s is no ggml block type", f)
+	return 0
+}
+
+// TestGGUFBlockRoundTrip quantizes a llama in each block format, writes it
+// as GGUF, and loads it again: every weight keeps its bytes and the model
+// its logits.
+func TestGGUFBlockRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	spec := fixture.Llama()
+	spec.Hidden, spec.Intermediate, spec.HeadDim = 256, 512, 64
+	dir := writeFixture(t, spec)
+	tokens := []int{1, 7, 50, 3, 95, 12}
+	for _, f := range []quantize.Format{quantize.Q5_0, quantize.Q5_1, quantize.Q2K, quantize.Q3K, quantize.Q4K, quantize.Q5K, quantize.Q6K} {
+		m, err := Load(ctx, dir, LoadOptions{Quantize: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"model.embed_tokens.weight", "lm_head.weight"} { // q8 in lowbit, no ggml type
+			w := m.Weights[name]
+			m.Weights[name] = FloatWeight(w.Rows, w.Cols, w.Q.Dequantize())
+		}
+		g, err := Load(ctx, ggufOf(t, m), LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, w := range m.Weights {
+			gw := g.Weights[name]
+			if w.Q != nil && (gw.Q == nil || gw.Q.Format != f || !bytes.Equal(gw.Q.Data, w.Q.Data)) {
+				t.Errorf("%s: %s weight %s differs after the round trip", f, w.Format(), name)
+			}
+		}
+		if e := relL2(allLogits(t, g, tokens), allLogits(t, m, tokens)); e != 0 {
+			t.Errorf("%s: logits differ after the round trip by %.3g (relative L2)", f, e)
+		}
+	}
 }
 
 // TestGGUFFixtures writes small llama and qwen2 models as GGUF and checks
@@ -503,23 +647,35 @@ func TestGGUFFixtures(t *testing.T) {
 // reader accepts, building a model from it ends in a model or an error,
 // never a panic.
 func FuzzGGUFModel(f *testing.F) {
-	for _, typ := range []gguf.GGMLType{gguf.F32, gguf.Q8_0, gguf.Q4_0, gguf.Q4_1} {
+	for _, typ := range []gguf.GGMLType{gguf.F32, gguf.Q8_0, gguf.Q4_0, gguf.Q4_1, gguf.Q5_0, gguf.Q5_1, gguf.Q2_K, gguf.Q3_K, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K} {
 		rng := rand.New(rand.NewPCG(uint64(typ), 2))
-		tensors := tinyShapes()
+		// A K-quant's rows must be whole 256-weight super-blocks: only
+		// ffn_down's are, with a feed-forward size of 256 (a small seed
+		// keeps the fuzzer fast).
+		hidden, ffn := tinyHidden, tinyFFN
+		kquant := typ.BlockSize() == 256
+		if kquant {
+			ffn = 256
+		}
+		tensors := tinyShapesSized(hidden, ffn)
 		for i := range tensors {
 			tn := &tensors[i]
 			n := 1
 			for _, d := range tn.dims {
 				n *= int(d)
 			}
-			if len(tn.dims) == 1 || typ == gguf.F32 {
+			if len(tn.dims) == 1 || typ == gguf.F32 || kquant && tn.name != "blk.0.ffn_down.weight" {
 				tn.typ, tn.data = gguf.F32, f32Bytes(make([]float32, n))
 				continue
 			}
 			tn.typ = typ
-			tn.data, _ = randomBlocks(rng, typ, n/32)
+			if _, ok := ggufBlockFormat(typ); ok {
+				tn.data, _ = randomBlockBytes(f, rng, typ, n/int(typ.BlockSize()))
+			} else {
+				tn.data, _ = randomBlocks(rng, typ, n/32)
+			}
 		}
-		b, err := ggufBytes(tinyKVs(), tensors)
+		b, err := ggufBytes(tinyKVsSized(hidden, ffn), tensors)
 		if err != nil {
 			f.Fatal(err)
 		}

@@ -114,6 +114,67 @@ func TestQuantizedFormats(t *testing.T) {
 	}
 }
 
+// TestBlockFormatsLoad quantizes a model whose rows are whole 256-weight
+// blocks to each of GGUF's block formats at load time and checks the
+// logits against the same weights dequantized, token by token (the dot
+// products) and as one prompt (the dequantized rows); on the fixture whose
+// rows are not whole blocks, the matrices take each format's fallback.
+func TestBlockFormatsLoad(t *testing.T) {
+	ctx := context.Background()
+	spec := fixture.Llama()
+	spec.Hidden, spec.Intermediate, spec.HeadDim = 256, 512, 64
+	dir := writeFixture(t, spec)
+	odd := writeFixture(t, fixture.Llama())
+	tokens := []int{1, 5, 9, 33, 70}
+	for _, f := range []quantize.Format{quantize.Q5_0, quantize.Q5_1, quantize.Q2K, quantize.Q3K, quantize.Q4K, quantize.Q5K, quantize.Q6K} {
+		m, err := Load(ctx, dir, LoadOptions{Quantize: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"model.layers.1.self_attn.o_proj.weight", "model.layers.0.mlp.down_proj.weight"} {
+			if got := m.Weights[name].Format(); got != f {
+				t.Fatalf("%s is %s, want %s", name, got, f)
+			}
+		}
+		deq := map[string]*Weight{}
+		for n, w := range m.Weights {
+			if w.Q != nil {
+				w = FloatWeight(w.Rows, w.Cols, w.Q.Dequantize())
+			}
+			deq[n] = w
+		}
+		dm, err := New(m.Config, deq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := forwardAll(t, dm, tokens)
+		if e := quantize.RelL2(want, forwardAll(t, m, tokens)); !(e < 1e-5) {
+			t.Errorf("%s: prompt logits differ from the dequantized model's by %.3g", f, e)
+		}
+		single, err := m.NewSession(SessionOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := m.Config.VocabSize
+		for i, tok := range tokens {
+			logits, err := single.Forward(ctx, []int{tok})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e := quantize.RelL2(want[i*v:(i+1)*v], logits); !(e < 1e-5) {
+				t.Errorf("%s position %d: logits differ from the dequantized model's by %.3g", f, i, e)
+			}
+		}
+		o, err := Load(ctx, odd, LoadOptions{Quantize: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := o.Weights["model.layers.1.self_attn.o_proj.weight"].Format(), f.Spec().Fallback; got != want {
+			t.Errorf("%s: o_proj of 48 columns is %s, want the fallback %s", f, got, want)
+		}
+	}
+}
+
 func forwardAll(t *testing.T, m *Model, tokens []int) []float32 {
 	t.Helper()
 	s, err := m.NewSession(SessionOptions{})

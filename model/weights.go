@@ -355,7 +355,9 @@ func New(cfg Config, weights map[string]*Weight) (*Model, error) {
 // Quantize replaces the float linear weights by format f and the embedding
 // and output head by q8 (in groups of its TableGroupSize, as convert stores
 // them), in place, one tensor per worker (0: GOMAXPROCS);
-// norms stay float32. It lets an HF directory run quantized without
+// norms stay float32. A matrix whose rows are not whole blocks of a block
+// format f takes f's fallback instead (quantize.Format.FallbackFor; its
+// Weight.Format says which). It lets an HF directory run quantized without
 // converting it first (and tests compare the two paths).
 func (m *Model) Quantize(ctx context.Context, f quantize.Format, opt quantize.Options, workers int) error {
 	if !f.Quantized() {
@@ -374,6 +376,9 @@ func (m *Model) Quantize(ctx context.Context, f quantize.Format, opt quantize.Op
 		o := opt
 		switch m.Config.TensorRole(name) {
 		case RoleLinear:
+			if fb, _ := f.FallbackFor(w.Cols); fb != f {
+				format, o.GroupSize = fb, 0
+			}
 		case RoleEmbedding, RoleOutput:
 			format, o.GroupSize = quantize.Q8, quantize.Q8.TableGroupSize()
 		default:

@@ -8,6 +8,16 @@
 // along a row. A row whose length is not a multiple of the group ends in a
 // short group. Byte layouts are documented in each format's file and in
 // ARCHITECTURE.md; the GPU kernels read the same bytes.
+//
+// Two kinds of quantized formats share the Spec. Lowbit's own (q8, q4, q2,
+// q1, tq2) keep their fp16 scales apart from the packed codes (Tensor.Scales
+// and Mins), so a GPU reads codes and scales as separate aligned arrays.
+// The block formats (q5_0, q5_1 and the K-quants q2k, q3k, q4k, q5k, q6k)
+// are GGUF's block layouts byte for byte, scales inside each block
+// (Spec.BlockScales): a GGUF file's tensors load as they are and a GGUF
+// writer can copy them back. Their rows must be whole blocks (32 weights,
+// 256 for the K-quants' super-blocks); FallbackFor says what a matrix whose
+// rows are not takes instead.
 package quantize
 
 import (
@@ -32,15 +42,38 @@ const (
 	Q2   Format = "q2"
 	Q1   Format = "q1"
 	TQ2  Format = "tq2"
+	// GGUF's block formats (Spec.BlockScales).
+	Q5_0 Format = "q5_0"
+	Q5_1 Format = "q5_1"
+	Q2K  Format = "q2k"
+	Q3K  Format = "q3k"
+	Q4K  Format = "q4k"
+	Q5K  Format = "q5k"
+	Q6K  Format = "q6k"
 )
 
 // block is the number of weights in the packing unit of every quantized
 // format; group sizes are multiples of it.
 const block = 32
 
-// ParseFormat reads a --bits value: 1, 2, 4, 8, ternary, or a format name.
+// ParseFormat reads a --bits value: 1, 2, 4, 8, ternary, or a format name
+// (the block formats also in GGUF's spelling: Q4_K, q4_k, Q5_0).
 func ParseFormat(s string) (Format, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "q5_0", "q50":
+		return Q5_0, nil
+	case "q5_1", "q51":
+		return Q5_1, nil
+	case "q2k", "q2_k":
+		return Q2K, nil
+	case "q3k", "q3_k":
+		return Q3K, nil
+	case "q4k", "q4_k":
+		return Q4K, nil
+	case "q5k", "q5_k":
+		return Q5K, nil
+	case "q6k", "q6_k":
+		return Q6K, nil
 	case "8", "q8", "int8":
 		return Q8, nil
 	case "4", "q4", "int4":
@@ -58,7 +91,7 @@ func ParseFormat(s string) (Format, error) {
 	case "f32", "fp32", "32":
 		return F32, nil
 	}
-	return "", fmt.Errorf("unknown format %q (want 1, 2, 4, 8, ternary, f16, bf16 or f32)", s)
+	return "", fmt.Errorf("unknown format %q (want 1, 2, 4, 8, ternary, q5_0, q5_1, q2k, q3k, q4k, q5k, q6k, f16, bf16 or f32)", s)
 }
 
 // Spec describes a storage format once: the facts every package asks
@@ -71,16 +104,21 @@ type Spec struct {
 	// Format is the format described.
 	Format Format
 	// Bits is the information in one weight: its code's bits, log2(3) for
-	// ternary (whose codes are stored in 2 bits).
+	// ternary (whose codes are stored in 2 bits); for a block format the
+	// bits a weight takes, scales included (GGUF's figure: 4.5 for q4k).
 	Bits float64
 	// CodeBits is the bits one code takes in a packed block; 0 for a float
 	// format.
 	CodeBits int
-	// BlockBytes is the packed size of a block of 32 weights, CodeBits*32/8.
+	// Block is the number of weights of the packing unit: 32, or 256 for
+	// the K-quants' super-blocks; group sizes are multiples of it.
+	Block int
+	// BlockBytes is the packed size of a block of Block weights:
+	// CodeBits*Block/8, plus the block's scales in a block format.
 	BlockBytes int
-	// MaxCode is the largest code: codes run from 0 (a format with Mins) or
-	// from -MaxCode (the others) to MaxCode.
-	MaxCode int32
+	// MinCode and MaxCode bound the codes (as RowCodes reads them: signed
+	// where the layout stores an offset, q5_0's q-16 in -16..15).
+	MinCode, MaxCode int32
 	// Group is the default number of weights sharing a scale, 0 for a
 	// format with one scale per tensor or none.
 	Group int
@@ -92,6 +130,13 @@ type Spec struct {
 	// TensorScale says the format has one float32 scale per tensor
 	// (Tensor.Scale, a .scale part) instead of fp16 scales per group.
 	TensorScale bool
+	// BlockScales says the scales are inside each block (GGUF's layouts):
+	// Tensor.Scales and Mins are empty, the group is the block, and rows
+	// must be whole blocks.
+	BlockScales bool
+	// Fallback is the format a matrix whose rows are not whole blocks takes
+	// instead of a block format (FallbackFor); empty for the others.
+	Fallback Format
 	// Int8Activations says products quantize the activations to int8 per
 	// token first, as the format's models were trained (BitNet's W2A8).
 	Int8Activations bool
@@ -109,14 +154,24 @@ type Spec struct {
 	// code reads the code of weight c of a packed row, straight from the
 	// layout's definition: the reference for every fast path.
 	code func(row []byte, c int) int32
+	// scale reads, for a block format, the scale and minimum weight c of a
+	// packed row is decoded with (w = d*code + m), straight from the
+	// layout's definition like code.
+	scale func(row []byte, c int) (d, m float32)
+	// halves are the byte offsets of a block format's fp16 fields in its
+	// block, which CheckBlocks holds to finite values.
+	halves []int
 	// dequantize writes the first len(out) weights packed in blocks (a
-	// group's, from its first block) at scale d and minimum m.
+	// group's, from its first block) at scale d and minimum m; a block
+	// format reads its scales from the blocks and ignores d and m.
 	dequantize func(blocks []byte, d, m float32, out []float32)
 	// dot is the fast dot product of row r of t with x, on packed bytes.
 	dot func(t *Tensor, r int, x []float32) float32
 	// dotInt8 is the integer dot product with int8 activations (nil: the
 	// activations are dequantized and dot taken).
 	dotInt8 func(t *Tensor, r int, a *Int8Vec) float32
+	// blocks is a block format's layout as its quantizer sees it (blockq.go).
+	blocks *blockLayout
 }
 
 // The float formats keep weights as floats, in the range of their type.
@@ -133,11 +188,16 @@ var (
 // cost every row's product four string hashes). init fills it, not its
 // declaration, because the Specs' functions reach back into it through
 // Tensor.RowBytes, a cycle Go refuses in a variable's initializer.
-var specs struct{ f32, f16, bf16, q8, q4, q2, q1, tq2 *Spec }
+var specs struct {
+	f32, f16, bf16, q8, q4, q2, q1, tq2 *Spec
+	q5_0, q5_1, q2k, q3k, q4k, q5k, q6k *Spec
+}
 
 func init() {
 	specs.f32, specs.f16, specs.bf16 = &f32Spec, &f16Spec, &bf16Spec
 	specs.q8, specs.q4, specs.q2, specs.q1, specs.tq2 = &q8Spec, &q4Spec, &q2Spec, &q1Spec, &tq2Spec
+	specs.q5_0, specs.q5_1 = &q5_0Spec, &q5_1Spec
+	specs.q2k, specs.q3k, specs.q4k, specs.q5k, specs.q6k = &q2kSpec, &q3kSpec, &q4kSpec, &q5kSpec, &q6kSpec
 }
 
 // Spec is f's descriptor; a name that is no format gets one that is not
@@ -163,6 +223,20 @@ func (f Format) spec() *Spec {
 		return specs.q1
 	case TQ2:
 		return specs.tq2
+	case Q5_0:
+		return specs.q5_0
+	case Q5_1:
+		return specs.q5_1
+	case Q2K:
+		return specs.q2k
+	case Q3K:
+		return specs.q3k
+	case Q4K:
+		return specs.q4k
+	case Q5K:
+		return specs.q5k
+	case Q6K:
+		return specs.q6k
 	}
 	return &unknownSpec
 }
@@ -174,6 +248,18 @@ func (f Format) Bits() float64 { return f.spec().Bits }
 // Quantized says whether the format packs codes with scales (not a float).
 func (f Format) Quantized() bool { return f.spec().BlockBytes > 0 }
 
+// FallbackFor is the format a matrix whose rows hold cols weights takes
+// when f is asked for: f itself, or, for a block format whose blocks do not
+// divide cols, its Fallback (a format that takes any row length), with the
+// reason for the change, for the caller to report.
+func (f Format) FallbackFor(cols int) (Format, string) {
+	s := f.spec()
+	if !s.BlockScales || cols%s.Block == 0 {
+		return f, ""
+	}
+	return s.Fallback, fmt.Sprintf("rows of %d weights are not whole %d-weight blocks of %s; stored as %s", cols, s.Block, f, s.Fallback)
+}
+
 // DefaultGroupSize is the group used when none is given (0 for tq2, which
 // has one scale per tensor).
 func (f Format) DefaultGroupSize() int { return f.spec().Group }
@@ -184,7 +270,8 @@ func (f Format) TableGroupSize() int { return f.spec().TableGroup }
 
 // Options tune quantization.
 type Options struct {
-	// GroupSize is the number of weights sharing a scale; a multiple of 32 (0: default).
+	// GroupSize is the number of weights sharing a scale; a multiple of 32
+	// (0: default). A block format's group is its block.
 	GroupSize int
 	// Search picks scales (and minimums) that minimize each group's squared
 	// error over a set of clipping candidates, instead of plain min/max.
@@ -207,9 +294,11 @@ type Options struct {
 type Tensor struct {
 	Format     Format
 	Rows, Cols int
-	// GroupSize is the number of weights per scale (0 for tq2).
+	// GroupSize is the number of weights per scale (0 for tq2; the block for
+	// a block format, whose blocks hold finer scales of their own).
 	GroupSize int
-	// Data holds the packed codes, Rows*RowBytes() bytes.
+	// Data holds the packed codes, Rows*RowBytes() bytes (a block format's
+	// scales included).
 	Data []byte
 	// Scales holds one fp16 scale per group, Rows*Groups() (q8, q4, q2, q1).
 	Scales []half.Float16
@@ -232,14 +321,17 @@ func (t *Tensor) Groups() int {
 	return (t.Cols + t.GroupSize - 1) / t.GroupSize
 }
 
-// RowBytes is the packed size of one row: whole groups (whole 32-weight
-// blocks for tq2), so every row starts aligned.
+// RowBytes is the packed size of one row: whole groups (whole blocks for
+// tq2), so every row starts aligned.
 func (t *Tensor) RowBytes() int {
 	s := t.Format.spec()
-	if s.TensorScale {
-		return (t.Cols + block - 1) / block * s.BlockBytes
+	switch {
+	case s.BlockBytes == 0:
+		return 0
+	case s.TensorScale:
+		return (t.Cols + s.Block - 1) / s.Block * s.BlockBytes
 	}
-	return t.Groups() * t.GroupSize / block * s.BlockBytes
+	return t.Groups() * t.GroupSize / s.Block * s.BlockBytes
 }
 
 // Validate checks that the sizes of a tensor (as loaded from disk) agree.
@@ -251,7 +343,14 @@ func (t *Tensor) Validate() error {
 		return fmt.Errorf("%s tensor has shape [%d, %d]", t.Format, t.Rows, t.Cols)
 	}
 	s := t.Format.spec()
-	if s.TensorScale {
+	if s.BlockScales {
+		if t.GroupSize != s.Block {
+			return fmt.Errorf("%s has %d-weight blocks with their own scales, group size %d given", t.Format, s.Block, t.GroupSize)
+		}
+		if t.Cols%s.Block != 0 {
+			return fmt.Errorf("%s [%d, %d]: rows of %d weights are not whole %d-weight blocks", t.Format, t.Rows, t.Cols, t.Cols, s.Block)
+		}
+	} else if s.TensorScale {
 		if t.GroupSize != 0 {
 			return fmt.Errorf("%s has no groups, group size %d given", t.Format, t.GroupSize)
 		}
@@ -265,6 +364,9 @@ func (t *Tensor) Validate() error {
 		return fmt.Errorf("%s [%d, %d]: %d packed bytes, want %d", t.Format, t.Rows, t.Cols, len(t.Data), want)
 	}
 	ng := t.Rows * t.Groups()
+	if s.BlockScales {
+		ng = 0
+	}
 	if !s.TensorScale && len(t.Scales) != ng {
 		return fmt.Errorf("%s [%d, %d]: %d scales, want %d", t.Format, t.Rows, t.Cols, len(t.Scales), ng)
 	}
@@ -294,7 +396,15 @@ func Quantize(ctx context.Context, f Format, w []float32, rows, cols int, opt Op
 	}
 	s := f.spec()
 	t := &Tensor{Format: f, Rows: rows, Cols: cols}
-	if !s.TensorScale {
+	if s.BlockScales {
+		if opt.GroupSize != 0 && opt.GroupSize != s.Block {
+			return nil, fmt.Errorf("quantize: %s has %d-weight blocks with their own scales; group size %d does not apply", f, s.Block, opt.GroupSize)
+		}
+		if cols%s.Block != 0 {
+			return nil, fmt.Errorf("quantize: %s needs rows that are a multiple of %d weights (its blocks), these have %d", f, s.Block, cols)
+		}
+		t.GroupSize = s.Block
+	} else if !s.TensorScale {
 		t.GroupSize = opt.GroupSize
 		if t.GroupSize == 0 {
 			t.GroupSize = f.DefaultGroupSize()
@@ -315,7 +425,7 @@ func Quantize(ctx context.Context, f Format, w []float32, rows, cols int, opt Op
 		}
 		t.Scale = max(scale, tq2MinScale)
 	}
-	codes := make([]int32, t.GroupSize+block)
+	codes := make([]int32, max(t.GroupSize, s.Block)+block)
 	for r := 0; r < rows; r++ {
 		if r%256 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -404,24 +514,53 @@ func groupBounds(g, size, n int) (lo, hi int) {
 }
 
 // RowCodes unpacks a row's integer codes: q8 -127..127, q4 0..15, q2 0..3,
-// q1 -1/+1, tq2 -1/0/+1.
+// q1 -1/+1, tq2 -1/0/+1; a block format's as Spec.MinCode and MaxCode say.
 func (t *Tensor) RowCodes(row int) []int32 {
 	code := t.Format.spec().code
 	out := make([]int32, t.Cols)
-	rb := t.RowBytes()
-	src := t.Data[row*rb : (row+1)*rb]
+	src := t.rowData(row)
 	for c := range out {
 		out[c] = code(src, c)
 	}
 	return out
 }
 
+// rowData is the packed bytes of a row.
+func (t *Tensor) rowData(row int) []byte {
+	rb := t.RowBytes()
+	return t.Data[row*rb : (row+1)*rb]
+}
+
+// CheckBlocks reports the first block of a block format whose fp16 scale
+// or minimum is infinite or NaN, which would make the block's weights so:
+// no quantizer writes one, but a file may hold it. Other formats pass.
+func (t *Tensor) CheckBlocks() error {
+	s := t.Format.spec()
+	if !s.BlockScales {
+		return nil
+	}
+	for b := 0; b+s.BlockBytes <= len(t.Data); b += s.BlockBytes {
+		for _, off := range s.halves {
+			h := half.Float16(uint16(t.Data[b+off]) | uint16(t.Data[b+off+1])<<8)
+			if h&0x7c00 == 0x7c00 {
+				n := b / s.BlockBytes
+				per := t.Cols / s.Block
+				return fmt.Errorf("%s block %d (row %d) has the f16 %v at byte %d of its %d", t.Format, n, n/per, h.Float32(), off, s.BlockBytes)
+			}
+		}
+	}
+	return nil
+}
+
 // DequantizeRow writes row's weights into dst (len >= Cols), decoding the
 // packed bytes a block at a time.
 func (t *Tensor) DequantizeRow(row int, dst []float32) {
 	s := t.Format.spec()
-	rb := t.RowBytes()
-	src := t.Data[row*rb : (row+1)*rb]
+	src := t.rowData(row)
+	if s.BlockScales {
+		s.dequantize(src, 0, 0, dst[:t.Cols])
+		return
+	}
 	if s.TensorScale {
 		s.dequantize(src, t.Scale, 0, dst[:t.Cols])
 		return
@@ -433,7 +572,7 @@ func (t *Tensor) DequantizeRow(row int, dst []float32) {
 		if t.Mins != nil {
 			m = t.Mins[row*ng+g].Float32()
 		}
-		s.dequantize(src[lo/block*s.BlockBytes:], t.Scales[row*ng+g].Float32(), m, dst[lo:hi])
+		s.dequantize(src[lo/s.Block*s.BlockBytes:], t.Scales[row*ng+g].Float32(), m, dst[lo:hi])
 	}
 }
 
@@ -443,12 +582,25 @@ func (t *Tensor) weight(row, c int, q int32) float32 {
 	if s.TensorScale {
 		return float32(q) * t.Scale
 	}
+	if s.BlockScales {
+		d, m := s.scale(t.rowData(row), c)
+		return float32(d*float32(q)) + m
+	}
 	g := row*t.Groups() + c/t.GroupSize
 	d := t.Scales[g].Float32()
 	if s.Mins {
 		return d*float32(q) + t.Mins[g].Float32()
 	}
 	return d * float32(q)
+}
+
+// DequantizeRowRef writes row's weights into dst (len >= Cols) one by one,
+// each from its code and scale read straight from the layout's definition:
+// the reference DequantizeRow is held to.
+func (t *Tensor) DequantizeRowRef(row int, dst []float32) {
+	for c, q := range t.RowCodes(row) {
+		dst[c] = t.weight(row, c, q)
+	}
 }
 
 // Dequantize returns the whole matrix as float32.

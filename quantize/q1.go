@@ -15,7 +15,7 @@ import (
 
 // q1Spec describes q1; its fp16 scales bound a weight to 65504.
 var q1Spec = Spec{
-	Format: Q1, Bits: 1, CodeBits: 1, BlockBytes: 4, MaxCode: 1, Group: 32, TableGroup: 32,
+	Format: Q1, Bits: 1, CodeBits: 1, Block: 32, BlockBytes: 4, MinCode: -1, MaxCode: 1, Group: 32, TableGroup: 32,
 	maxAbs: maxF16, maxAbsWhy: "its f16 scales hold at most 65504",
 	quantizeRow: quantizeQ1Row, code: codeQ1, dequantize: dequantizeQ1, dot: dotQ1,
 }

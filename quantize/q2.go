@@ -11,7 +11,7 @@ package quantize
 // price of a larger error, and with only four levels per weight the smaller
 // group is the safer default (--group-size 64 trades it back).
 var q2Spec = Spec{
-	Format: Q2, Bits: 2, CodeBits: 2, BlockBytes: 8, MaxCode: 3, Group: 32, TableGroup: 32, Mins: true,
+	Format: Q2, Bits: 2, CodeBits: 2, Block: 32, BlockBytes: 8, MinCode: 0, MaxCode: 3, Group: 32, TableGroup: 32, Mins: true,
 	maxAbs: maxF16, maxAbsWhy: "its f16 scales and minimums hold at most 65504",
 	quantizeRow: quantizeAsymRow, pack: packQ2, code: codeQ2, dequantize: dequantizeQ2, dot: dotQ2,
 }

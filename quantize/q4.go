@@ -8,7 +8,7 @@ package quantize
 
 // q4Spec describes q4; its fp16 scales and minimums bound a weight to 65504.
 var q4Spec = Spec{
-	Format: Q4, Bits: 4, CodeBits: 4, BlockBytes: 16, MaxCode: 15, Group: 32, TableGroup: 32, Mins: true,
+	Format: Q4, Bits: 4, CodeBits: 4, Block: 32, BlockBytes: 16, MinCode: 0, MaxCode: 15, Group: 32, TableGroup: 32, Mins: true,
 	maxAbs: maxF16, maxAbsWhy: "its f16 scales and minimums hold at most 65504",
 	quantizeRow: quantizeAsymRow, pack: packQ4, code: codeQ4, dequantize: dequantizeQ4, dot: dotQ4,
 }

@@ -17,7 +17,7 @@ import (
 // fewer bits in the head would cost (BENCHMARKS.md has the figures). Its scale is a group's largest |w| / 127,
 // so weights up to 127 times the largest fp16 fit.
 var q8Spec = Spec{
-	Format: Q8, Bits: 8, CodeBits: 8, BlockBytes: 32, MaxCode: 127, Group: 32, TableGroup: 128,
+	Format: Q8, Bits: 8, CodeBits: 8, Block: 32, BlockBytes: 32, MinCode: -127, MaxCode: 127, Group: 32, TableGroup: 128,
 	maxAbs: 127 * maxF16, maxAbsWhy: "its f16 scales, a group's largest |weight| / 127, hold at most 65504",
 	quantizeRow: quantizeQ8Row, code: codeQ8, dequantize: dequantizeQ8, dot: dotQ8, dotInt8: dotInt8Q8,
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -56,49 +57,71 @@ func TestBlockLayoutSizes(t *testing.T) {
 	}
 }
 
+// blockFormats are GGUF's block layouts (Spec.BlockScales).
+var blockFormats = []Format{Q5_0, Q5_1, Q2K, Q3K, Q4K, Q5K, Q6K}
+
 // TestSpecs holds every Spec to its layout, as llama.cpp's static_asserts
-// hold a block struct to its size: a block is 32 codes of CodeBits, the
-// codes a quantizer writes lie in 0..MaxCode (asymmetric) or
-// -MaxCode..MaxCode, and every part a fact promises is there.
+// hold a block struct to its size: a block is Block codes of CodeBits (and
+// a block format's scales, to Bits a weight), the codes a quantizer writes
+// lie in MinCode..MaxCode, and every part a fact promises is there.
 func TestSpecs(t *testing.T) {
 	r := rand.New(rand.NewPCG(13, 14))
-	w := heavy(r, 2*300)
-	for _, f := range []Format{F32, F16, BF16, Q8, Q4, Q2, Q1, TQ2} {
+	w := heavy(r, 2*512)
+	for _, f := range append([]Format{F32, F16, BF16, Q8, Q4, Q2, Q1, TQ2}, blockFormats...) {
 		s := f.Spec()
 		if s.Format != f {
 			t.Errorf("%s: Spec describes %q", f, s.Format)
 		}
-		if s.BlockBytes*8 != s.CodeBits*block {
-			t.Errorf("%s: %d bytes a block of 32 %d-bit codes", f, s.BlockBytes, s.CodeBits)
-		}
 		if !f.Quantized() {
-			if s.Bits < 16 || s.CodeBits != 0 || s.Group != 0 || s.quantizeRow != nil || s.dot != nil {
+			if s.Bits < 16 || s.CodeBits != 0 || s.Group != 0 || s.quantizeRow != nil || s.dot != nil || s.BlockBytes != 0 {
 				t.Errorf("%s: a float format with packing facts: %+v", f, s)
 			}
 			continue
 		}
-		if s.Bits > float64(s.CodeBits) || s.Bits <= float64(s.CodeBits-1) || s.MaxCode >= 1<<s.CodeBits {
-			t.Errorf("%s: %v bits, max code %d, in %d-bit codes", f, s.Bits, s.MaxCode, s.CodeBits)
-		}
-		if s.TensorScale != (s.Group == 0) || s.Group%block != 0 || s.TableGroup%block != 0 || s.TensorScale != (s.TableGroup == 0) {
-			t.Errorf("%s: groups %d and %d (tables), tensor scale %v", f, s.Group, s.TableGroup, s.TensorScale)
+		cols := 300
+		if s.BlockScales {
+			cols = 512
+			if float64(s.BlockBytes*8) != s.Bits*float64(s.Block) || s.BlockBytes*8 <= s.CodeBits*s.Block {
+				t.Errorf("%s: %d bytes a block of %d weights at %v bits, %d-bit codes", f, s.BlockBytes, s.Block, s.Bits, s.CodeBits)
+			}
+			if s.MaxCode-s.MinCode+1 != 1<<s.CodeBits {
+				t.Errorf("%s: codes %d..%d in %d bits", f, s.MinCode, s.MaxCode, s.CodeBits)
+			}
+			if s.Group != s.Block || s.TableGroup != s.Block || s.Mins || s.TensorScale || s.Block%block != 0 {
+				t.Errorf("%s: block %d, groups %d and %d, mins %v, tensor scale %v", f, s.Block, s.Group, s.TableGroup, s.Mins, s.TensorScale)
+			}
+			if fb := s.Fallback.Spec(); !s.Fallback.Quantized() || fb.BlockScales || fb.TensorScale {
+				t.Errorf("%s: falls back to %q, not a format of any row length", f, s.Fallback)
+			}
+			if s.scale == nil || s.blocks == nil || s.blocks.pack == nil || len(s.halves) == 0 || s.pack != nil {
+				t.Errorf("%s: a block format lacks its scales' functions", f)
+			}
+		} else {
+			if s.Block != block || s.BlockBytes*8 != s.CodeBits*block || s.Fallback != "" || s.scale != nil || s.blocks != nil {
+				t.Errorf("%s: %d bytes a block of %d %d-bit codes", f, s.BlockBytes, s.Block, s.CodeBits)
+			}
+			if s.Bits > float64(s.CodeBits) || s.Bits <= float64(s.CodeBits-1) || s.MaxCode >= 1<<s.CodeBits {
+				t.Errorf("%s: %v bits, max code %d, in %d-bit codes", f, s.Bits, s.MaxCode, s.CodeBits)
+			}
+			if s.TensorScale != (s.Group == 0) || s.Group%block != 0 || s.TableGroup%block != 0 || s.TensorScale != (s.TableGroup == 0) {
+				t.Errorf("%s: groups %d and %d (tables), tensor scale %v", f, s.Group, s.TableGroup, s.TensorScale)
+			}
+			if s.Mins && s.MinCode != 0 || !s.Mins && s.MinCode != -s.MaxCode || s.Mins && s.pack == nil {
+				t.Errorf("%s: codes %d..%d, mins %v", f, s.MinCode, s.MaxCode, s.Mins)
+			}
 		}
 		if s.quantizeRow == nil || s.code == nil || s.dequantize == nil || s.dot == nil ||
-			s.Mins && s.pack == nil || s.Int8Activations && s.dotInt8 == nil || !(s.maxAbs > 0) {
+			s.Int8Activations && s.dotInt8 == nil || !(s.maxAbs > 0) {
 			t.Errorf("%s: Spec lacks a function or a limit", f)
 		}
-		q, err := Quantize(ctx, f, w, 2, 300, Options{Search: true})
+		q, err := Quantize(ctx, f, w[:2*cols], 2, cols, Options{Search: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		lo := -s.MaxCode
-		if s.Mins {
-			lo = 0
-		}
 		for row := 0; row < 2; row++ {
 			for c, code := range q.RowCodes(row) {
-				if code < lo || code > s.MaxCode {
-					t.Fatalf("%s: weight %d of row %d has code %d, outside %d..%d", f, c, row, code, lo, s.MaxCode)
+				if code < s.MinCode || code > s.MaxCode {
+					t.Fatalf("%s: weight %d of row %d has code %d, outside %d..%d", f, c, row, code, s.MinCode, s.MaxCode)
 				}
 			}
 		}
@@ -398,8 +421,12 @@ func FuzzQuantizeDot(f *testing.F) {
 	f.Add(uint8(0), uint8(3), uint8(40), int64(1))
 	f.Add(uint8(2), uint8(1), uint8(33), int64(9))
 	f.Fuzz(func(t *testing.T, fi, rows, cols uint8, seed int64) {
-		fm := allFormats[int(fi)%len(allFormats)]
+		formats := append(slices.Clone(allFormats), blockFormats...)
+		fm := formats[int(fi)%len(formats)]
 		nr, nc := int(rows%8)+1, int(cols%200)+1
+		if s := fm.Spec(); s.BlockScales {
+			nc = s.Block * (1 + int(cols%3))
+		}
 		r := rand.New(rand.NewPCG(uint64(seed), 1))
 		w := heavy(r, nr*nc)
 		q, err := Quantize(ctx, fm, w, nr, nc, Options{Search: seed%2 == 0})

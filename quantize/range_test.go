@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -106,7 +107,8 @@ func FuzzQuantizeAnyValues(f *testing.F) {
 	f.Add(uint8(1), uint8(2), []byte("\x00\x00\x80\x3f\xf9\x02\x15\x50\x00\x00\x80\xbf\xff\xff\x7f\x7f"))
 	f.Add(uint8(0), uint8(1), []byte("\x00\x00\xc0\x7f"))
 	f.Fuzz(func(t *testing.T, fi, search uint8, raw []byte) {
-		fm := allFormats[int(fi)%len(allFormats)]
+		formats := append(slices.Clone(allFormats), blockFormats...)
+		fm := formats[int(fi)%len(formats)]
 		w := make([]float32, len(raw)/4)
 		for i := range w {
 			w[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
@@ -117,6 +119,10 @@ func FuzzQuantizeAnyValues(f *testing.F) {
 		cols := len(w)
 		if cols%2 == 0 {
 			cols /= 2
+		}
+		if b := fm.Spec().Block; fm.Spec().BlockScales { // whole blocks, zeros after the values
+			cols = b
+			w = append(w, make([]float32, (b-len(w)%b)%b)...)
 		}
 		q, err := Quantize(context.Background(), fm, w, len(w)/cols, cols, Options{Search: search%2 == 1})
 		if err != nil {

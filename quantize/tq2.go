@@ -16,7 +16,7 @@ import "math"
 // tq2Spec describes tq2: 2-bit codes carrying log2(3) bits, a float32
 // scale per tensor (any finite weight fits) and int8 activations.
 var tq2Spec = Spec{
-	Format: TQ2, Bits: math.Log2(3), CodeBits: 2, BlockBytes: 8, MaxCode: 1, TensorScale: true, Int8Activations: true,
+	Format: TQ2, Bits: math.Log2(3), CodeBits: 2, Block: 32, BlockBytes: 8, MinCode: -1, MaxCode: 1, TensorScale: true, Int8Activations: true,
 	maxAbs:      math.MaxFloat32,
 	quantizeRow: quantizeTQ2Row, code: codeTQ2, dequantize: dequantizeTQ2, dot: dotTQ2, dotInt8: dotInt8TQ2,
 }

@@ -11,6 +11,7 @@ import (
 
 	"lowbit/manifest"
 	"lowbit/model"
+	"lowbit/quantize"
 	"lowbit/tokenizer"
 )
 
@@ -85,8 +86,13 @@ func ModelDir(ctx context.Context, dir string, o DirOptions) (*ModelReport, stri
 	return rep, ref, nil
 }
 
-// FormatCases keeps the cases of the given format (all when empty).
+// FormatCases keeps the cases of the given format (all when empty). A
+// block format (q4k ...), which Cases leaves out while the GPU has no
+// kernels for it, gets its decode and prefill products.
 func FormatCases(format string) []Case {
+	if f, err := quantize.ParseFormat(format); err == nil && f.Spec().BlockScales {
+		return []Case{{f, ActFloat, 1}, {f, ActFloat, 5}}
+	}
 	var out []Case
 	for _, c := range Cases() {
 		if format == "" || string(c.Format) == format {

@@ -174,6 +174,9 @@ func RunKernels(ctx context.Context, opts KernelOptions) (*KernelReport, error) 
 				if err := ctx.Err(); err != nil {
 					return nil, err
 				}
+				if f, _ := c.Format.FallbackFor(in.cols); f != c.Format {
+					continue // rows that are not whole blocks of a block format
+				}
 				x := gaussian(rng, c.N*in.cols)
 				if in.name == "heavy-tailed" {
 					x = heavyTailed(rng, c.N*in.cols)

@@ -32,6 +32,32 @@ func TestCPUKernelsPass(t *testing.T) {
 	}
 }
 
+// TestBlockFormatKernels checks the CPU products of GGUF's block formats,
+// asked for by name: only the shapes whose rows are whole blocks run.
+func TestBlockFormatKernels(t *testing.T) {
+	for _, f := range []quantize.Format{quantize.Q5_0, quantize.Q5_1, quantize.Q2K, quantize.Q3K, quantize.Q4K, quantize.Q5K, quantize.Q6K} {
+		cases := FormatCases(string(f))
+		if len(cases) != 2 || cases[0].Format != f {
+			t.Fatalf("%s: cases %+v", f, cases)
+		}
+		rep, err := RunKernels(context.Background(), KernelOptions{Seed: 7, Backends: []Backend{CPU{Workers: 2}, Quantize{Workers: 2}, corrupted{CPU{Workers: 2}}}, Cases: cases})
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole := 0
+		for _, s := range Shapes() {
+			if s.Cols%f.Spec().Block == 0 {
+				whole++
+			}
+		}
+		for i, b := range rep.Backends {
+			if b.Total != 2*2*whole || (b.Status == Pass) != (i < 2) {
+				t.Errorf("%s: backend %+v", f, b)
+			}
+		}
+	}
+}
+
 // broken is a backend whose products are off by a little: the checks must
 // catch it for every format.
 type broken struct {

@@ -15,6 +15,9 @@ import (
 
 // refWeights unpacks t into float64 rows [Rows][Cols].
 func refWeights(t *quantize.Tensor) ([][]float64, error) {
+	if t.Format.Spec().BlockScales {
+		return refBlockWeights(t)
+	}
 	groups, g := 1, t.GroupSize
 	if t.Format != quantize.TQ2 {
 		if g <= 0 || g%32 != 0 {

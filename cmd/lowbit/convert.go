@@ -35,6 +35,7 @@ bench and show find it by that name.`,
   lowbit convert --list-models
   lowbit convert tinyllama --bits 4            # to tinyllama-q4 in the store
   lowbit convert ./TinyLlama-1.1B-Chat-v1.0 --bits 4 --out ./tinyllama-q4
+  lowbit convert tinyllama --bits q4k          # GGUF's Q4_K layout, to tinyllama-q4k
   lowbit convert bitnet-2b --bits ternary`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if listModels {
@@ -101,8 +102,8 @@ bench and show find it by that name.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&listModels, "list-models", false, "list the built-in model registry")
-	f.StringVar(&opts.Bits, "bits", "", "format of linear weights: 1, 2, 4, 8, ternary (also tq2), or f16, bf16, f32 to keep floats (default 4; ternary for BitNet)")
-	f.IntVar(&opts.GroupSize, "group-size", 0, "weights per scale group (default: the format's, 32)")
+	f.StringVar(&opts.Bits, "bits", "", "format of linear weights: 1, 2, 4, 8, ternary (also tq2), GGUF's block formats q5_0, q5_1, q2k, q3k, q4k, q5k, q6k (rows not whole blocks fall back, noted), or f16, bf16, f32 to keep floats (default 4; ternary for BitNet)")
+	f.IntVar(&opts.GroupSize, "group-size", 0, "weights per scale group (default: the format's, 32; block formats have none)")
 	f.IntVar(&opts.TableGroupSize, "table-group-size", 0, "weights per scale group of the embeddings and head (default 128 at 8 bits, else --group-size)")
 	f.StringVar(&opts.EmbeddingBits, "embedding-bits", "8", "format of token embeddings: 8, 4, ... or f16, bf16, f32 to keep floats")
 	f.StringVar(&opts.OutputBits, "output-bits", "8", "format of the output head: 8, 4, ... or f16, bf16, f32")
