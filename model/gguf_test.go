@@ -16,7 +16,6 @@ import (
 	"lowbit/gguf"
 	"lowbit/half"
 	"lowbit/internal/fixture"
-	"lowbit/internal/ggufwrite"
 	"lowbit/internal/testmodels"
 )
 
@@ -53,15 +52,23 @@ func writeGGUF(t *testing.T, kvs []ggufKV, tensors []ggufTensor) string {
 
 // ggufBytes is the file writeGGUF writes.
 func ggufBytes(kvs []ggufKV, tensors []ggufTensor) ([]byte, error) {
-	var wkv []ggufwrite.KV
+	var wkv []gguf.KV
 	for _, kv := range kvs {
-		wkv = append(wkv, ggufwrite.KV{Key: kv.key, Val: kv.val})
+		v, err := gguf.ValueOf(kv.val)
+		if err != nil {
+			return nil, fmt.Errorf("key %s: %w", kv.key, err)
+		}
+		wkv = append(wkv, gguf.KV{Key: kv.key, Value: v})
 	}
-	var wt []ggufwrite.Tensor
+	var wt []gguf.TensorData
 	for _, tn := range tensors {
-		wt = append(wt, ggufwrite.Tensor{Name: tn.name, Dims: tn.dims, Type: uint32(tn.typ), Data: tn.data})
+		dims := make([]int64, len(tn.dims))
+		for i, d := range tn.dims {
+			dims[i] = int64(d)
+		}
+		wt = append(wt, gguf.TensorData{Name: tn.name, Dims: dims, Type: tn.typ, Data: tn.data})
 	}
-	return ggufwrite.Bytes(wkv, wt)
+	return gguf.Marshal(wkv, wt)
 }
 
 // allLogits runs tokens through a fresh CPU session and returns the logits
