@@ -225,15 +225,6 @@ func randomBlocks(rng *rand.Rand, typ gguf.GGMLType, n int) ([]byte, []float32) 
 	return b, w
 }
 
-// f32Bytes is w as F32 data.
-func f32Bytes(w []float32) []byte {
-	var b []byte
-	for _, x := range w {
-		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
-	}
-	return b
-}
-
 // TestGGUFQuantTypes builds a tiny llama whose matrices are Q8_0, Q4_0 or
 // Q4_1 blocks of random codes and scales, and checks that each loaded
 // weight (repacked as q8 or q4) dequantizes to exactly the values of
@@ -360,9 +351,12 @@ func TestGGUFRefused(t *testing.T) {
 		{"heads not dividing", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
 			return set(k, "llama.attention.head_count_kv", uint32(3)), ts
 		}, "num_key_value_heads 3"},
-		{"yarn", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+		{"yarn without a factor", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
 			return set(k, "llama.rope.scaling.type", "yarn"), ts
-		}, `llama.rope.scaling.type = "yarn"`},
+		}, `llama.rope.scaling.factor`},
+		{"unknown rope scaling", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			return set(k, "llama.rope.scaling.type", "su"), ts
+		}, `llama.rope.scaling.type = "su"`},
 		{"no embedding", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
 			return k, ts[1:]
 		}, "token_embd.weight"},
@@ -383,9 +377,12 @@ func TestGGUFRefused(t *testing.T) {
 		{"layer past the count", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
 			return k, append(ts, f32(ggufTensor{name: "blk.1.attn_norm.weight", dims: []uint64{tinyHidden}}))
 		}, "blk.1.attn_norm.weight is not a tensor"},
-		{"llama3 rope frequencies", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+		{"zero rope frequency factors", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
 			return k, append(ts, f32(ggufTensor{name: "rope_freqs.weight", dims: []uint64{tinyHeadDim / 2}}))
-		}, "rope_freqs.weight"},
+		}, "rope_freqs.weight: factor 0 of pair 0"},
+		{"rope frequency factors of another length", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			return k, append(ts, f32(ggufTensor{name: "rope_freqs.weight", dims: []uint64{tinyHeadDim}}))
+		}, "rope_freqs.weight is F32 [16], want F32 [8]"},
 		{"Q5_0", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
 			ts[9] = ggufTensor{name: "blk.0.ffn_gate.weight", dims: []uint64{tinyHidden, tinyFFN}, typ: gguf.Q5_0, data: make([]byte, tinyHidden*tinyFFN/32*22)}
 			return k, ts
@@ -393,7 +390,7 @@ func TestGGUFRefused(t *testing.T) {
 		{"quantized norm", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
 			ts[1] = ggufTensor{name: "output_norm.weight", dims: []uint64{tinyHidden}, typ: gguf.Q8_0, data: make([]byte, 2*34)}
 			return k, ts
-		}, "norm model.norm.weight must be float"},
+		}, "output_norm.weight: a norm must be F32, F16 or BF16, is Q8_0"},
 		{"infinite scale", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
 			data := make([]byte, tinyHidden*tinyFFN/32*34)
 			binary.LittleEndian.PutUint16(data[34*5:], 0x7c00)
