@@ -101,7 +101,7 @@ func TestGGUFMetadataRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		dir   func(t *testing.T) string
-		extra int  // rows past the tokenizer's vocabulary
+		extra int // rows past the tokenizer's vocabulary
 		kind  string
 	}{
 		{"fixture-llama3-chat", fixtureDir("LlamaForCausalLM"), 8, "llama"},
