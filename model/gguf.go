@@ -450,8 +450,94 @@ func ggufWeight(ti gguf.TensorInfo, b []byte, rows, cols int) (*Weight, error) {
 			return nil, err
 		}
 		return QuantWeight(q), nil
+	case gguf.Q1_0:
+		q, err := ggufQ1(b, rows, cols)
+		if err != nil {
+			return nil, err
+		}
+		return QuantWeight(q), nil
+	case gguf.TQ2_0:
+		q, err := ggufTQ2(b, rows, cols)
+		if err != nil {
+			return nil, err
+		}
+		return QuantWeight(q), nil
 	}
-	return nil, fmt.Errorf("ggml type %s is not supported yet (F32, F16, BF16, Q8_0, Q4_0 and Q4_1 are)", ti.Type)
+	return nil, fmt.Errorf("ggml type %s is not supported yet (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q1_0 and TQ2_0 are)", ti.Type)
+}
+
+// ggufBlocks checks that b is rows of whole blocks of t and returns the
+// block count.
+func ggufBlocks(t gguf.GGMLType, b []byte, rows, cols int) (int, error) {
+	bs := int(t.BlockSize())
+	if cols%bs != 0 {
+		return 0, fmt.Errorf("rows of %d weights are not whole %s blocks of %d", cols, t, bs)
+	}
+	nb := rows * cols / bs
+	if want := int64(nb) * t.TypeSize(); int64(len(b)) != want {
+		return 0, fmt.Errorf("%d bytes of %s, want %d for [%d, %d]", len(b), t, want, rows, cols)
+	}
+	return nb, nil
+}
+
+// ggufQ1 repacks Q1_0 blocks (f16 d, 16 bytes of signs: bit i%8 of byte
+// i/8 is weight i, 1 for +d) as q1 at group 128, whose four little-endian
+// 32-bit words of signs are the same bytes.
+func ggufQ1(b []byte, rows, cols int) (*quantize.Tensor, error) {
+	nb, err := ggufBlocks(gguf.Q1_0, b, rows, cols)
+	if err != nil {
+		return nil, err
+	}
+	q := &quantize.Tensor{Format: quantize.Q1, Rows: rows, Cols: cols, GroupSize: 128, Scales: make([]half.Float16, nb), Data: make([]byte, 0, nb*16)}
+	for i := range nb {
+		blk := b[i*18 : (i+1)*18]
+		d := half.Float16(binary.LittleEndian.Uint16(blk))
+		if !finite(d) {
+			return nil, fmt.Errorf("block %d (row %d) has the scale %v", i, i*128/cols, d.Float32())
+		}
+		q.Scales[i] = d
+		q.Data = append(q.Data, blk[2:]...)
+	}
+	return q, q.Validate()
+}
+
+// ggufTQ2 repacks TQ2_0 blocks (64 bytes of 2-bit codes t+1, byte 32c+m
+// holding weight 128c + 32l + m in bits 2l, then an f16 scale) as tq2,
+// whose one scale per tensor must then be every block's. tq2's layout
+// (ARCHITECTURE.md): per 32 weights 8 bytes, byte j holding weights j,
+// j+8, j+16, j+24 in bits 0-1 .. 6-7.
+func ggufTQ2(b []byte, rows, cols int) (*quantize.Tensor, error) {
+	nb, err := ggufBlocks(gguf.TQ2_0, b, rows, cols)
+	if err != nil {
+		return nil, err
+	}
+	q := &quantize.Tensor{Format: quantize.TQ2, Rows: rows, Cols: cols, Data: make([]byte, rows*cols/4)}
+	var d half.Float16
+	for i := range nb {
+		blk := b[i*66 : (i+1)*66]
+		bd := half.Float16(binary.LittleEndian.Uint16(blk[64:]))
+		if i == 0 {
+			d = bd
+		}
+		if bd != d {
+			return nil, fmt.Errorf("block %d (row %d) has the scale %v, block 0 %v: lowbit's tq2 has one scale per tensor", i, i*256/cols, bd.Float32(), d.Float32())
+		}
+		dst := q.Data[i*64 : (i+1)*64]
+		for w := range 256 {
+			c, l, m := w/128, w%128/32, w%32
+			code := blk[32*c+m] >> (2 * l) & 3
+			if code == 3 {
+				return nil, fmt.Errorf("block %d (row %d) has the code 3, which is no ternary value", i, i*256/cols)
+			}
+			k, shift := w/32*8+w%8, 2*(w%32/8)
+			dst[k] |= code << shift
+		}
+	}
+	q.Scale = d.Float32()
+	if !(q.Scale > 0) || !finite(d) {
+		return nil, fmt.Errorf("the scale %v is not a positive number", q.Scale)
+	}
+	return q, q.Validate()
 }
 
 // ggufQuant repacks Q8_0, Q4_0 or Q4_1 blocks as lowbit's q8 or q4 at

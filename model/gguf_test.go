@@ -540,3 +540,68 @@ func FuzzGGUFModel(f *testing.F) {
 		}
 	})
 }
+
+// TestGGUFTernaryAndSigns repacks TQ2_0 and Q1_0 blocks of random codes:
+// each weight dequantizes to ggml's formula's value, and blocks lowbit's
+// formats cannot hold (two scales in one TQ2_0 tensor, the code 3) are
+// refused by name.
+func TestGGUFTernaryAndSigns(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const rows, cols = 3, 512
+	d := half.FromFloat32(0.0375)
+	var tq []byte
+	want := make([]float32, 0, rows*cols)
+	for range rows * cols / 256 {
+		var qs [64]byte
+		vals := make([]float32, 256)
+		for w := range 256 {
+			code := byte(rng.IntN(3))
+			c, l, m := w/128, w%128/32, w%32
+			qs[32*c+m] |= code << (2 * l)
+			vals[w] = float32(int(code)-1) * d.Float32()
+		}
+		tq = append(append(tq, qs[:]...), byte(d), byte(d>>8))
+		want = append(want, vals...)
+	}
+	q, err := ggufTQ2(tq, rows, cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := q.Dequantize(); !slices.Equal(got, want) {
+		t.Error("TQ2_0 weights differ from ggml's formula")
+	}
+	bad := slices.Clone(tq)
+	bad[66+64] ^= 1 // block 1's scale
+	if _, err := ggufTQ2(bad, rows, cols); err == nil || !strings.Contains(err.Error(), "one scale per tensor") {
+		t.Errorf("two scales: %v", err)
+	}
+	bad = slices.Clone(tq)
+	bad[5] |= 3
+	if _, err := ggufTQ2(bad, rows, cols); err == nil || !strings.Contains(err.Error(), "code 3") {
+		t.Errorf("code 3: %v", err)
+	}
+	var q1 []byte
+	want = want[:0]
+	for range rows * cols / 128 {
+		s := half.FromFloat32(float32(rng.NormFloat64() * 0.01))
+		q1 = binary.LittleEndian.AppendUint16(q1, uint16(s))
+		for range 16 {
+			b := byte(rng.IntN(256))
+			q1 = append(q1, b)
+			for i := range 8 {
+				v := -s.Float32()
+				if b>>i&1 == 1 {
+					v = s.Float32()
+				}
+				want = append(want, v)
+			}
+		}
+	}
+	q, err = ggufQ1(q1, rows, cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := q.Dequantize(); !slices.Equal(got, want) {
+		t.Error("Q1_0 weights differ from ggml's formula")
+	}
+}

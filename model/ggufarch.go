@@ -170,12 +170,14 @@ func (c Config) GGUF() (*GGUFLayout, error) {
 // family adds what one family has of its own: windows, soft-capping, the
 // attention scale llama.cpp fixes, the layers without rotation.
 func (l *GGUFLayout) family(c Config, fam ggufFamily, m *ggufKVs) error {
-	window, period, err := c.windowPattern()
-	if err != nil {
-		return err
-	}
-	if !fam.swa && window > 0 {
-		l.Notes = append(l.Notes, fmt.Sprintf("llama.cpp's %s has no sliding windows: past %d tokens it attends to positions this model's windowed layers do not", fam.name, window))
+	var window, period int
+	if fam.swa {
+		var err error
+		if window, period, err = c.windowPattern(); err != nil {
+			return err
+		}
+	} else if w := c.shortestWindow(); w > 0 {
+		l.Notes = append(l.Notes, fmt.Sprintf("llama.cpp's %s has no sliding windows: past %d tokens it attends to positions this model's windowed layers do not", fam.name, w))
 	}
 	switch fam.name {
 	case "gemma2", "gemma3":
@@ -237,6 +239,18 @@ func (l *GGUFLayout) family(c Config, fam ggufFamily, m *ggufKVs) error {
 		return fmt.Errorf("llama.cpp's %s does not cap the logits; this model does", fam.name)
 	}
 	return nil
+}
+
+// shortestWindow is the narrowest sliding window of any layer within the
+// context, 0 when none slides.
+func (c Config) shortestWindow() int {
+	out := 0
+	for l := range c.NumLayers {
+		if w := c.Window(l); w > 0 && w < c.MaxPositions && (out == 0 || w < out) {
+			out = w
+		}
+	}
+	return out
 }
 
 // windowPattern describes the model's sliding windows as llama.cpp's
