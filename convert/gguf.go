@@ -22,6 +22,7 @@ import (
 	"lowbit/quantize"
 	"lowbit/safetensors"
 	"lowbit/tokenizer"
+	"lowbit/validate"
 )
 
 // This file exports a lowbit model directory as a GGUF v3 file that
@@ -91,6 +92,11 @@ type GGUFOptions struct {
 	Progress io.Writer
 	// Version is lowbit's version, recorded under lowbit.version.
 	Version string
+	// Reference is the float original a requantized file is validated
+	// against (empty: the manifest's source, as lowbit validate finds it);
+	// CacheDir is the HF cache it is looked for in. NoValidate skips it.
+	Reference, CacheDir string
+	NoValidate          bool
 }
 
 // GGUFResult describes a written GGUF file.
@@ -109,6 +115,9 @@ type GGUFResult struct {
 	// Notes say what the file leaves to llama.cpp's own conventions.
 	Notes   []string `json:"notes,omitempty"`
 	Seconds float64  `json:"seconds"`
+	// Validation is the requantized file's check against the float
+	// original (nil when nothing was requantized, or with NoValidate).
+	Validation *validate.Report `json:"validation,omitempty"`
 }
 
 // ErrNoExactType is wrapped by ExportGGUF's error when a tensor's format
@@ -209,15 +218,46 @@ func ExportGGUF(ctx context.Context, dir string, opts GGUFOptions) (*GGUFResult,
 		res.Bytes = st.Size()
 	}
 	res.Tensors = len(tensors)
+	if len(res.Requantized) > 0 && !opts.NoValidate {
+		if res.Validation, err = validateGGUF(ctx, dir, out, opts); err != nil {
+			return res, fmt.Errorf("export: validate %s: %w", out, err)
+		}
+	}
 	res.Seconds = time.Since(start).Seconds()
+	if v := res.Validation; v != nil && v.Status != validate.Pass {
+		return res, fmt.Errorf("export: %s: %w", out, ErrValidation)
+	}
 	return res, nil
+}
+
+// validateGGUF checks a requantized file against the float original, as
+// lowbit validate checks a model.
+func validateGGUF(ctx context.Context, dir, out string, opts GGUFOptions) (*validate.Report, error) {
+	ref := opts.Reference
+	if ref == "" {
+		var err error
+		if ref, err = validate.FindReference(dir, opts.CacheDir); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Progress != nil {
+		fmt.Fprintln(opts.Progress, "validating the requantized file against its source")
+	}
+	m, ref, err := validate.ModelGGUF(ctx, out, validate.DirOptions{Reference: ref, CacheDir: opts.CacheDir, MaxTokens: validationTokens})
+	if err != nil {
+		return nil, err
+	}
+	rep := &validate.Report{Model: m, ModelDir: out, Reference: ref}
+	rep.Finish()
+	return rep, nil
 }
 
 // planGGUF lists the file's tensors: the model's, in the order of
 // Config.ExpectedTensors, then the layout's extra ones.
 func planGGUF(d *manifest.Dir, cfg model.Config, layout *model.GGUFLayout, requantize bool, res *GGUFResult) ([]ggufTensor, error) {
 	var out []ggufTensor
-	var refused []string
+	var refused, keys []string
+	floats := map[string][]string{} // tensors written as floats, by why
 	for _, name := range cfg.ExpectedTensors() {
 		t, ok := d.Manifest.Tensor(name)
 		if !ok {
@@ -255,7 +295,11 @@ func planGGUF(d *manifest.Dir, cfg model.Config, layout *model.GGUFLayout, requa
 			if f16Exact(q) {
 				info.Type = gguf.F16
 			}
-			res.Notes = append(res.Notes, fmt.Sprintf("tensor %s: rows of %d weights are not whole blocks of %s, so it is written as %s holding its dequantized weights exactly", name, q.Cols, why, info.Type))
+			key := fmt.Sprintf("rows of %d weights are not whole blocks of %s: written as %s holding the dequantized weights exactly", q.Cols, why, info.Type)
+			if floats[key] == nil {
+				keys = append(keys, key)
+			}
+			floats[key] = append(floats[key], name)
 			out = append(out, ggufTensor{info: info, data: func() ([]byte, error) { return dequantizedData(q, info.Type, order) }})
 			continue
 		case !requantize:
@@ -272,6 +316,9 @@ func planGGUF(d *manifest.Dir, cfg model.Config, layout *model.GGUFLayout, requa
 			}
 			return typ.pack(r, order)
 		}})
+	}
+	for _, k := range keys {
+		res.Notes = append(res.Notes, fmt.Sprintf("%s (%s)", listSome(floats[k]), k))
 	}
 	if len(refused) > 0 {
 		return nil, fmt.Errorf("%w: %s; give --requantize to write them in the closest type and validate again", ErrNoExactType, listSome(refused))
@@ -458,10 +505,8 @@ func packTQ2_0(t *quantize.Tensor, order []int) ([]byte, error) {
 	return out, nil
 }
 
-// ggufGeneral is the general.* keys and lowbit's own: the file's name and
-// type, lowbit's version, the source, the quantization settings and what
-// validation found (the lowbit model's figures: the file holds its values,
-// but for the tensors Requantized lists).
+// ggufGeneral is the general.* keys and lowbit's own (the manifest's
+// provenance: Manifest.GGUFMetadata).
 func ggufGeneral(m *manifest.Manifest, layout *model.GGUFLayout, res *GGUFResult, version string) ([]gguf.KV, error) {
 	k := exportKVs{}
 	k.add("general.architecture", layout.Arch)
@@ -478,40 +523,14 @@ func ggufGeneral(m *manifest.Manifest, layout *model.GGUFLayout, res *GGUFResult
 	}
 	k.add("general.quantization_version", uint32(2))
 	k.add("general.quantized_by", "lowbit")
-	k.add("lowbit.version", version)
-	for _, s := range []struct{ key, v string }{
-		{"lowbit.source.repo_id", m.Source.RepoID}, {"lowbit.source.revision", m.Source.Revision}, {"lowbit.source.commit", m.Source.Commit},
-	} {
-		if s.v != "" {
-			k.add(s.key, s.v)
-		}
+	if k.err != nil {
+		return nil, k.err
 	}
-	q := m.Quantization
-	k.add("lowbit.quantization.format", q.Format)
-	if q.GroupSize > 0 {
-		k.add("lowbit.quantization.group_size", uint32(q.GroupSize))
+	own, err := m.GGUFMetadata(version, res.Requantized)
+	if err != nil {
+		return nil, err
 	}
-	k.add("lowbit.quantization.embedding_format", q.EmbeddingFormat)
-	k.add("lowbit.quantization.output_format", q.OutputFormat)
-	k.add("lowbit.quantization.search", q.Search)
-	if v := m.Validation; v != nil {
-		k.add("lowbit.validation.status", v.Status)
-		for _, f := range []struct {
-			key string
-			v   *float64
-		}{{"lowbit.validation.kld_mean", v.KLDMean}, {"lowbit.validation.top1", v.Top1}, {"lowbit.validation.ppl_ratio", v.PPLRatio}} {
-			if f.v != nil {
-				k.add(f.key, *f.v)
-			}
-		}
-		if len(v.NotChecked) > 0 {
-			k.add("lowbit.validation.not_checked", v.NotChecked)
-		}
-	}
-	if len(res.Requantized) > 0 {
-		k.add("lowbit.requantized", res.Requantized)
-	}
-	return k.list, k.err
+	return append(k.list, own...), nil
 }
 
 // exportKVs collects metadata, keeping the first error.
@@ -529,4 +548,193 @@ func (k *exportKVs) add(key string, v any) {
 		return
 	}
 	k.list = append(k.list, gguf.KV{Key: key, Value: val})
+}
+
+// ggufGroups are the groups GGUF's types hold: Q8_0 and Q4_1 blocks of
+// 32, Q1_0 of 128.
+func ggufGroup(f quantize.Format) int {
+	if t, ok := ggufTypeOf(f); ok {
+		return t.group
+	}
+	return 0
+}
+
+// runGGUF converts for llama.cpp: the model is quantized with the groups
+// GGUF's types hold (the 8-bit tables in groups of 32 rather than lowbit's
+// 128, q1 in groups of 128, tq2's scale an f16), written as a lowbit
+// directory in a hidden temporary directory beside the GGUF file,
+// validated there, exported (ExportGGUF, its validation figures under
+// lowbit.validation) and removed. A GGUF file, one file, is what
+// llama.cpp and Ollama take; lowbit run reads it too.
+func runGGUF(ctx context.Context, opts Options) (*Result, error) {
+	bits := opts.Bits
+	if bits == "" {
+		bits = "4"
+	}
+	linear, err := quantize.ParseFormat(bits)
+	if err != nil {
+		return nil, fmt.Errorf("--bits: %w", err)
+	}
+	var notes []string
+	for _, f := range []struct {
+		flag string
+		v    string
+	}{{"--bits", bits}, {"--embedding-bits", opts.EmbeddingBits}, {"--output-bits", opts.OutputBits}} {
+		if f.v == "" {
+			continue
+		}
+		ff, err := quantize.ParseFormat(f.v)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.flag, err)
+		}
+		if _, ok := ggufTypeOf(ff); ff.Quantized() && !ok {
+			_, closest := ggufClosest(ff)
+			return nil, fmt.Errorf("%s %s: no GGUF type holds %s exactly (the closest is %s): convert to a lowbit directory and export it with --requantize, or choose 8, 4, 1 or ternary", f.flag, f.v, ff, closest)
+		}
+	}
+	if g := ggufGroup(linear); g > 0 {
+		switch opts.GroupSize {
+		case 0:
+			if g != linear.DefaultGroupSize() {
+				opts.GroupSize = g
+				notes = append(notes, fmt.Sprintf("%s weights in groups of %d, the block of GGUF's %s", linear, g, func() string { t, _ := ggufTypeOf(linear); return t.typ.String() }()))
+			}
+		case g:
+		default:
+			return nil, fmt.Errorf("--group-size %d: GGUF's type for %s holds groups of %d", opts.GroupSize, linear, g)
+		}
+	}
+	if opts.TableGroupSize == 0 {
+		opts.TableGroupSize = 32
+		notes = append(notes, "embeddings and head in groups of 32, the block of GGUF's Q8_0 and Q4_1 (lowbit's own default for them is 128)")
+	} else if opts.TableGroupSize != 32 {
+		return nil, fmt.Errorf("--table-group-size %d: GGUF's Q8_0 and Q4_1 hold groups of 32", opts.TableGroupSize)
+	}
+	out := opts.Out
+	if out == "" {
+		name, err := sourceName(opts.Source)
+		if err != nil {
+			return nil, err
+		}
+		out = name + "-" + string(linear) + ".gguf"
+	}
+	out = filepath.Clean(out)
+	if !strings.HasSuffix(strings.ToLower(out), ".gguf") {
+		return nil, fmt.Errorf("--out %s: with --format gguf the output is a file whose name ends in .gguf", out)
+	}
+	if _, err := os.Lstat(out); err == nil && !opts.Force {
+		return nil, fmt.Errorf("output %s already exists (use --force to replace it)", out)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(out), "."+filepath.Base(out)+".lowbit-")
+	if err != nil {
+		return nil, fmt.Errorf("create a temporary directory for the lowbit model: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	inner := opts
+	inner.GGUF, inner.Force, inner.NPZ, inner.f16TensorScale = false, false, false, true
+	inner.Out = filepath.Join(tmp, "model")
+	res, err := Run(ctx, inner)
+	failed := errors.Is(err, ErrValidation)
+	if err != nil && !failed {
+		return nil, err
+	}
+	g, gerr := ExportGGUF(ctx, inner.Out, GGUFOptions{Out: out, Force: opts.Force, Progress: opts.Progress, Version: opts.Version})
+	if gerr != nil {
+		return nil, gerr
+	}
+	res.OutDir, res.GGUF = out, g
+	res.Notes = append(res.Notes, notes...)
+	if v := res.Validation; v != nil && v.ModelDir != "" {
+		v.ModelDir = out // the lowbit model it checked holds the file's values
+	}
+	if failed {
+		return res, fmt.Errorf("%s: %w (the file is kept; lowbit.validation says so)", out, ErrValidation)
+	}
+	return res, nil
+}
+
+// sourceName is the name a conversion of src is called by without fetching
+// it: the alias, the repo's base name, or the directory's.
+func sourceName(src string) (string, error) {
+	if st, err := os.Stat(src); err == nil && st.IsDir() {
+		abs, err := filepath.Abs(src)
+		if err != nil {
+			return "", fmt.Errorf("source %s: %w", src, err)
+		}
+		return filepath.Base(abs), nil
+	}
+	if e, ok := Lookup(src); ok {
+		return e.Alias, nil
+	}
+	return path.Base(src), nil
+}
+
+// GGUFDescription is what lowbit show says of a GGUF file.
+type GGUFDescription struct {
+	Path    string `json:"path"`
+	Size    int64  `json:"size"`
+	Version uint32 `json:"gguf_version"`
+	// Arch and Name are general.architecture and general.name.
+	Arch string `json:"architecture"`
+	Name string `json:"name,omitempty"`
+	// Config is the configuration lowbit reads (nil with ConfigError when
+	// lowbit cannot run the file).
+	Config      *model.Config `json:"config,omitempty"`
+	ConfigError string        `json:"config_error,omitempty"`
+	Tensors     int           `json:"tensors"`
+	// Types counts the tensors of each ggml type.
+	Types         map[string]int `json:"types"`
+	Parameters    int64          `json:"parameters"`
+	BitsPerWeight float64        `json:"bits_per_weight"`
+	// Tokenizer is tokenizer.ggml.model, with its token count.
+	Tokenizer    string `json:"tokenizer,omitempty"`
+	Tokens       int    `json:"tokens,omitempty"`
+	ChatTemplate bool   `json:"chat_template"`
+	Keys         int    `json:"metadata_keys"`
+	// Lowbit is the provenance of a file lowbit exported.
+	Lowbit *manifest.Provenance `json:"lowbit,omitempty"`
+}
+
+// DescribeGGUF reads a GGUF file's metadata and tensor directory (not its
+// data): architecture, the configuration lowbit reads, the tensors' types
+// and size, the tokenizer, and lowbit's provenance where it has one.
+func DescribeGGUF(p string) (*GGUFDescription, error) {
+	f, err := gguf.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	d := &GGUFDescription{Path: p, Size: f.Size(), Version: f.Version(), Types: map[string]int{}, Keys: len(f.Keys())}
+	if d.Arch, err = f.String("general.architecture"); err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	d.Name, _ = f.String("general.name")
+	if c, err := model.GGUFConfig(f); err != nil {
+		d.ConfigError = err.Error()
+	} else {
+		d.Config = &c
+	}
+	var bits float64
+	for _, t := range f.Tensors() {
+		d.Tensors++
+		d.Types[t.Type.String()]++
+		d.Parameters += t.Elements()
+		bits += float64(t.Size) * 8
+	}
+	if d.Parameters > 0 {
+		d.BitsPerWeight = bits / float64(d.Parameters)
+	}
+	d.Tokenizer, _ = f.String("tokenizer.ggml.model")
+	if v, ok := f.Value("tokenizer.ggml.tokens"); ok {
+		d.Tokens = v.Len()
+	}
+	_, d.ChatTemplate = f.Value("tokenizer.chat_template")
+	prov, ok, err := manifest.ReadProvenance(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	if ok {
+		d.Lowbit = prov
+	}
+	return d, nil
 }

@@ -173,8 +173,11 @@ func TestExportGGUFFallbacks(t *testing.T) {
 			t.Errorf("a refused export left %s", out)
 		}
 		res, err := ExportGGUF(ctx, dir, GGUFOptions{Out: out, Requantize: true})
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrValidation) { // random weights may fail the bars
 			t.Fatal(err)
+		}
+		if res.Validation == nil || res.Validation.Model == nil || res.Validation.Model.Tokens == 0 {
+			t.Errorf("the requantized file was not validated against its source: %+v", res.Validation)
 		}
 		if len(res.Requantized) != 2 {
 			t.Errorf("requantized %v, want the embedding and the head", res.Requantized)
@@ -220,7 +223,7 @@ func TestExportGGUFFallbacks(t *testing.T) {
 		if !errors.Is(err, ErrNoExactType) || !strings.Contains(err.Error(), "TQ2_0 holds an f16 scale") {
 			t.Fatalf("error %v", err)
 		}
-		res, err := ExportGGUF(ctx, dir, GGUFOptions{Out: out, Requantize: true})
+		res, err := ExportGGUF(ctx, dir, GGUFOptions{Out: out, Requantize: true, NoValidate: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -61,7 +61,7 @@ func fromGGUF(ctx context.Context, f *gguf.File) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	fam, _ := ggufFamilyNamed(cfg.ggufName())
+	fam, _ := ggufFamilyNamed(cfg.GGUFArch())
 	names := ggufNames(cfg)
 	for _, ti := range f.Tensors() {
 		if _, ok := names[ti.Name]; !ok && !slices.Contains(ggufRopeTensors, ti.Name) {
@@ -106,14 +106,24 @@ func fromGGUF(ctx context.Context, f *gguf.File) (*Model, error) {
 	return New(cfg, weights)
 }
 
-// ggufName is llama.cpp's name of the configuration's family.
-func (c Config) ggufName() string {
-	for _, f := range ggufFamilies() {
-		if f.arch == c.Arch {
-			return f.name
-		}
+// GGUFArch is llama.cpp's name of the configuration's architecture
+// (general.architecture: llama for Mistral), or Arch where llama.cpp has
+// no architecture that computes it alike.
+func (c Config) GGUFArch() string {
+	if f, err := ggufFamilyOf(c); err == nil {
+		return f.name
 	}
 	return c.Arch
+}
+
+// GGUFConfig reads the configuration of a GGUF file's metadata as Load
+// reads it, without reading the tensors' data.
+func GGUFConfig(f *gguf.File) (Config, error) {
+	c, err := ggufConfig(f)
+	if err != nil {
+		return Config{}, fmt.Errorf("model: %w", err)
+	}
+	return c, nil
 }
 
 // ggufConfig reads the configuration from the metadata of a GGUF file of
