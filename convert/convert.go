@@ -55,7 +55,10 @@ type Options struct {
 	Force          bool
 	AllowNonFinite bool
 	// NPZ also writes the stored tensors as model.npz for numpy tools.
-	NPZ     bool
+	NPZ bool
+	// GGUF makes the output a GGUF file (Out, default <name>-<format>.gguf
+	// in the working directory) instead of a lowbit directory: runGGUF.
+	GGUF    bool
 	Workers int
 	// Fetcher downloads a repo when Source is not a local directory (nil: the source must be local).
 	Fetcher Fetcher
@@ -65,6 +68,8 @@ type Options struct {
 	NoValidate bool
 	// Version is lowbit's version, recorded in the manifest.
 	Version string
+
+	f16TensorScale bool // set by runGGUF
 }
 
 // Fetcher turns a repo id into a local snapshot directory; the hub client
@@ -82,6 +87,7 @@ type Snapshot struct {
 
 // Result summarizes a finished conversion.
 type Result struct {
+	// OutDir is the output directory, or the .gguf file with Options.GGUF.
 	OutDir   string             `json:"out_dir"`
 	Source   manifest.Source    `json:"source"`
 	Summary  manifest.Summary   `json:"summary"`
@@ -94,6 +100,8 @@ type Result struct {
 	// Notes says what the conversion left out of the source, or stored in
 	// another format than asked (a fallback), and why.
 	Notes []string `json:"notes,omitempty"`
+	// GGUF describes the GGUF file written with Options.GGUF.
+	GGUF *GGUFResult `json:"gguf,omitempty"`
 }
 
 // settings are Options resolved to formats.
@@ -105,6 +113,7 @@ type settings struct {
 	allowNonFinite            bool
 	workers                   int
 	bitnetLinearClass         string // quantization_config.linear_class of a packed BitNet checkpoint
+	f16TensorScale            bool   // round tq2's tensor scale to an f16 (GGUF's TQ2_0 holds it so)
 }
 
 // auxFiles are copied from the source directory when present.
@@ -120,6 +129,9 @@ var auxFiles = []string{
 // Force, only a lowbit model directory). On any failure or cancellation it
 // removes what it wrote.
 func Run(ctx context.Context, opts Options) (*Result, error) {
+	if opts.GGUF {
+		return runGGUF(ctx, opts)
+	}
 	start := time.Now()
 	snap, err := resolveSource(ctx, opts)
 	if err != nil {
@@ -298,6 +310,7 @@ func resolveSettings(opts Options, cfg model.Config) (settings, error) {
 		s.groupSize = s.linear.DefaultGroupSize()
 	}
 	s.search = !opts.NoSearch
+	s.f16TensorScale = opts.f16TensorScale
 	s.allowNonFinite = opts.AllowNonFinite
 	s.workers = opts.Workers
 	if s.workers <= 0 {

@@ -133,6 +133,10 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 			return e, err
 		}
 		tensorScale = float32(sum / float64(n))
+		if s.f16TensorScale {
+			// GGUF's TQ2_0 holds the scale as an f16.
+			tensorScale = half.FromFloat32(tensorScale).Float32()
+		}
 	}
 	var errSq, refSq float64
 	var tq2Scale float32

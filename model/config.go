@@ -79,7 +79,8 @@ type Config struct {
 }
 
 // RopeScaling is the rotary embedding scaling of the config (linear,
-// dynamic, llama3, yarn or longrope), with what transformers resolves on
+// dynamic, llama3, yarn or longrope; or factors, each pair's frequency
+// divided by its ShortFactor, as a GGUF file's rope_freqs gives it), with what transformers resolves on
 // loading already resolved (original_max_position_embeddings, longrope's
 // factor), so that the rotation needs nothing else from config.json.
 type RopeScaling struct {
@@ -106,7 +107,7 @@ type RopeScaling struct {
 	Truncate *bool `json:"truncate,omitempty"`
 	// ShortFactor and LongFactor divide each rotated pair's frequency
 	// (longrope): the short ones within the pretraining length, the long
-	// ones past it.
+	// ones past it. Factors scaling has only ShortFactor, at every length.
 	ShortFactor []float64 `json:"short_factor,omitempty"`
 	LongFactor  []float64 `json:"long_factor,omitempty"`
 }

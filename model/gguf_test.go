@@ -16,7 +16,6 @@ import (
 	"lowbit/gguf"
 	"lowbit/half"
 	"lowbit/internal/fixture"
-	"lowbit/internal/ggufwrite"
 	"lowbit/internal/testmodels"
 	"lowbit/quantize"
 )
@@ -54,15 +53,23 @@ func writeGGUF(t *testing.T, kvs []ggufKV, tensors []ggufTensor) string {
 
 // ggufBytes is the file writeGGUF writes.
 func ggufBytes(kvs []ggufKV, tensors []ggufTensor) ([]byte, error) {
-	var wkv []ggufwrite.KV
+	var wkv []gguf.KV
 	for _, kv := range kvs {
-		wkv = append(wkv, ggufwrite.KV{Key: kv.key, Val: kv.val})
+		v, err := gguf.ValueOf(kv.val)
+		if err != nil {
+			return nil, fmt.Errorf("key %s: %w", kv.key, err)
+		}
+		wkv = append(wkv, gguf.KV{Key: kv.key, Value: v})
 	}
-	var wt []ggufwrite.Tensor
+	var wt []gguf.TensorData
 	for _, tn := range tensors {
-		wt = append(wt, ggufwrite.Tensor{Name: tn.name, Dims: tn.dims, Type: uint32(tn.typ), Data: tn.data})
+		dims := make([]int64, len(tn.dims))
+		for i, d := range tn.dims {
+			dims[i] = int64(d)
+		}
+		wt = append(wt, gguf.TensorData{Name: tn.name, Dims: dims, Type: tn.typ, Data: tn.data})
 	}
-	return ggufwrite.Bytes(wkv, wt)
+	return gguf.Marshal(wkv, wt)
 }
 
 // allLogits runs tokens through a fresh CPU session and returns the logits
@@ -260,15 +267,6 @@ func randomBlocks(rng *rand.Rand, typ gguf.GGMLType, n int) ([]byte, []float32) 
 	return b, w
 }
 
-// f32Bytes is w as F32 data.
-func f32Bytes(w []float32) []byte {
-	var b []byte
-	for _, x := range w {
-		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
-	}
-	return b
-}
-
 // TestGGUFQuantTypes builds a tiny llama whose matrices are Q8_0, Q4_0 or
 // Q4_1 blocks of random codes and scales, and checks that each loaded
 // weight (repacked as q8 or q4) dequantizes to exactly the values of
@@ -425,9 +423,12 @@ func TestGGUFRefused(t *testing.T) {
 		{"heads not dividing", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
 			return set(k, "llama.attention.head_count_kv", uint32(3)), ts
 		}, "num_key_value_heads 3"},
-		{"yarn", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+		{"yarn without a factor", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
 			return set(k, "llama.rope.scaling.type", "yarn"), ts
-		}, `llama.rope.scaling.type = "yarn"`},
+		}, `llama.rope.scaling.factor`},
+		{"unknown rope scaling", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			return set(k, "llama.rope.scaling.type", "su"), ts
+		}, `llama.rope.scaling.type = "su"`},
 		{"no embedding", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
 			return k, ts[1:]
 		}, "token_embd.weight"},
@@ -448,9 +449,12 @@ func TestGGUFRefused(t *testing.T) {
 		{"layer past the count", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
 			return k, append(ts, f32(ggufTensor{name: "blk.1.attn_norm.weight", dims: []uint64{tinyHidden}}))
 		}, "blk.1.attn_norm.weight is not a tensor"},
-		{"llama3 rope frequencies", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+		{"zero rope frequency factors", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
 			return k, append(ts, f32(ggufTensor{name: "rope_freqs.weight", dims: []uint64{tinyHeadDim / 2}}))
-		}, "rope_freqs.weight"},
+		}, "rope_freqs.weight: factor 0 of pair 0"},
+		{"rope frequency factors of another length", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
+			return k, append(ts, f32(ggufTensor{name: "rope_freqs.weight", dims: []uint64{tinyHeadDim}}))
+		}, "rope_freqs.weight is F32 [16], want F32 [8]"},
 		{"IQ4_NL", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
 			ts[9] = ggufTensor{name: "blk.0.ffn_gate.weight", dims: []uint64{tinyHidden, tinyFFN}, typ: gguf.IQ4_NL, data: make([]byte, tinyHidden*tinyFFN/32*18)}
 			return k, ts
@@ -472,7 +476,7 @@ func TestGGUFRefused(t *testing.T) {
 		{"quantized norm", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
 			ts[1] = ggufTensor{name: "output_norm.weight", dims: []uint64{tinyHidden}, typ: gguf.Q8_0, data: make([]byte, 2*34)}
 			return k, ts
-		}, "norm model.norm.weight must be float"},
+		}, "output_norm.weight: a norm must be F32, F16 or BF16, is Q8_0"},
 		{"infinite scale", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
 			data := make([]byte, tinyHidden*tinyFFN/32*34)
 			binary.LittleEndian.PutUint16(data[34*5:], 0x7c00)
@@ -691,4 +695,69 @@ func FuzzGGUFModel(f *testing.F) {
 			t.Fatal("no model and no error")
 		}
 	})
+}
+
+// TestGGUFTernaryAndSigns repacks TQ2_0 and Q1_0 blocks of random codes:
+// each weight dequantizes to ggml's formula's value, and blocks lowbit's
+// formats cannot hold (two scales in one TQ2_0 tensor, the code 3) are
+// refused by name.
+func TestGGUFTernaryAndSigns(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const rows, cols = 3, 512
+	d := half.FromFloat32(0.0375)
+	var tq []byte
+	want := make([]float32, 0, rows*cols)
+	for range rows * cols / 256 {
+		var qs [64]byte
+		vals := make([]float32, 256)
+		for w := range 256 {
+			code := byte(rng.IntN(3))
+			c, l, m := w/128, w%128/32, w%32
+			qs[32*c+m] |= code << (2 * l)
+			vals[w] = float32(int(code)-1) * d.Float32()
+		}
+		tq = append(append(tq, qs[:]...), byte(d), byte(d>>8))
+		want = append(want, vals...)
+	}
+	q, err := ggufTQ2(tq, rows, cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := q.Dequantize(); !slices.Equal(got, want) {
+		t.Error("TQ2_0 weights differ from ggml's formula")
+	}
+	bad := slices.Clone(tq)
+	bad[66+64] ^= 1 // block 1's scale
+	if _, err := ggufTQ2(bad, rows, cols); err == nil || !strings.Contains(err.Error(), "one scale per tensor") {
+		t.Errorf("two scales: %v", err)
+	}
+	bad = slices.Clone(tq)
+	bad[5] |= 3
+	if _, err := ggufTQ2(bad, rows, cols); err == nil || !strings.Contains(err.Error(), "code 3") {
+		t.Errorf("code 3: %v", err)
+	}
+	var q1 []byte
+	want = want[:0]
+	for range rows * cols / 128 {
+		s := half.FromFloat32(float32(rng.NormFloat64() * 0.01))
+		q1 = binary.LittleEndian.AppendUint16(q1, uint16(s))
+		for range 16 {
+			b := byte(rng.IntN(256))
+			q1 = append(q1, b)
+			for i := range 8 {
+				v := -s.Float32()
+				if b>>i&1 == 1 {
+					v = s.Float32()
+				}
+				want = append(want, v)
+			}
+		}
+	}
+	q, err = ggufQ1(q1, rows, cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := q.Dequantize(); !slices.Equal(got, want) {
+		t.Error("Q1_0 weights differ from ggml's formula")
+	}
 }

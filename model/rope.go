@@ -59,6 +59,8 @@ func (c Config) globalRotary(ctx int) Rotary {
 		return yarn(c.RopeTheta, dim, s)
 	case "longrope":
 		return longrope(c.RopeTheta, dim, ctx, s)
+	case "factors":
+		return factorRotary(c.RopeTheta, dim, s.ShortFactor)
 	}
 	return Rotary{InvFreq: defaultInvFreq(c.RopeTheta, dim), Factor: 1}
 }
@@ -209,6 +211,17 @@ func longrope(theta float64, dim, ctx int, s *RopeScaling) Rotary {
 		}
 	}
 	return Rotary{InvFreq: inv, Factor: float32(attention)}
+}
+
+// factorRotary divides each pair's frequency by its factor, as llama.cpp
+// applies a rope_freqs tensor (how GGUF files carry Llama 3.1's scaling).
+func factorRotary(theta float64, dim int, factors []float64) Rotary {
+	pow := ropePowers(theta, dim)
+	inv := make([]float32, len(pow))
+	for i, p := range pow {
+		inv[i] = 1 / float32(float32(factors[i])*p)
+	}
+	return Rotary{InvFreq: inv, Factor: 1}
 }
 
 // originalMax is the pretraining length a scaling extends, where
@@ -369,6 +382,16 @@ func (s *RopeScaling) check() error {
 			}
 		}
 		return originalMax()
+	case "factors":
+		if len(s.ShortFactor) == 0 {
+			return errors.New("rope_scaling.short_factor is missing for factors scaling")
+		}
+		for i, f := range s.ShortFactor {
+			if f32 := float32(f); !(f32 > 0) || math.IsInf(float64(f32), 0) {
+				return fmt.Errorf("rope_scaling.short_factor[%d] %v must be a positive float32", i, f)
+			}
+		}
+		return nil
 	case "longrope":
 		if err := positive("factor", s.Factor); err != nil {
 			return err
@@ -420,6 +443,10 @@ func (c Config) checkRope() error {
 	}
 	half := c.rotaryDim() / 2
 	switch s.Type {
+	case "factors":
+		if len(s.ShortFactor) != half {
+			return fmt.Errorf("config.json: rope_scaling.short_factor has %d entries, want %d (one per rotated pair of the %d rotary dimensions)", len(s.ShortFactor), half, c.rotaryDim())
+		}
 	case "longrope":
 		for _, l := range []struct {
 			field string

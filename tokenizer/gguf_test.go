@@ -11,7 +11,6 @@ import (
 	"unicode/utf8"
 
 	"lowbit/gguf"
-	"lowbit/internal/ggufwrite"
 	"lowbit/internal/testmodels"
 )
 
@@ -95,11 +94,26 @@ func TestGGUFStoriesTokenizer(t *testing.T) {
 	t.Logf("%d of %d texts compared with the HF tokenizer; the others have runs of spaces", same, len(texts))
 }
 
+// ggufKV is one metadata entry of a test's vocabulary: a key and a Go
+// value gguf.ValueOf takes.
+type ggufKV struct {
+	Key string
+	Val any
+}
+
 // ggufTok is metadata of a tiny vocabulary and the tokenizer GGUF it makes.
-type ggufTok []ggufwrite.KV
+type ggufTok []ggufKV
 
 func (k ggufTok) bytes(t testing.TB) []byte {
-	b, err := ggufwrite.Bytes(k, nil)
+	kvs := make([]gguf.KV, len(k))
+	for i, kv := range k {
+		v, err := gguf.ValueOf(kv.Val)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kvs[i] = gguf.KV{Key: kv.Key, Value: v}
+	}
+	b, err := gguf.Marshal(kvs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,9 +122,9 @@ func (k ggufTok) bytes(t testing.TB) []byte {
 
 // set replaces (or adds) key; a nil v removes it.
 func (k ggufTok) set(key string, v any) ggufTok {
-	out := slices.DeleteFunc(slices.Clone(k), func(kv ggufwrite.KV) bool { return kv.Key == key })
+	out := slices.DeleteFunc(slices.Clone(k), func(kv ggufKV) bool { return kv.Key == key })
 	if v != nil {
-		out = append(out, ggufwrite.KV{Key: key, Val: v})
+		out = append(out, ggufKV{Key: key, Val: v})
 	}
 	return out
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"lowbit/gguf"
+	"lowbit/hub"
 	"lowbit/manifest"
 	"lowbit/model"
 	"lowbit/quantize"
@@ -46,7 +48,10 @@ func ModelDir(ctx context.Context, dir string, o DirOptions) (*ModelReport, stri
 	if err != nil {
 		return nil, "", fmt.Errorf("validate: %w", err)
 	}
-	ref := o.Reference
+	ref, err := resolveReference(o)
+	if err != nil {
+		return nil, "", err
+	}
 	if ref == "" {
 		if ref, err = FindReference(dir, o.CacheDir); err != nil {
 			return nil, "", err
@@ -56,18 +61,115 @@ func ModelDir(ctx context.Context, dir string, o DirOptions) (*ModelReport, stri
 	if err != nil {
 		return nil, "", err
 	}
-	refModel, err := model.Load(ctx, ref, model.LoadOptions{})
+	rep, err := compareWith(ctx, quant, dir, ref, man.Quantization.Format, o)
+	return rep, ref, err
+}
+
+// ModelGGUF checks a GGUF file, lowbit's export or any other llama.cpp
+// reads and lowbit runs, against the float original exactly as ModelDir
+// checks a lowbit model: the reference is DirOptions.Reference, else the
+// source a lowbit export names (lowbit.source.*, through the HF cache);
+// the thresholds are those of lowbit.quantization.format, else of the
+// format most of the file's linear weights are read as (Q8_0 as q8, Q4_0
+// and Q4_1 as q4, ...).
+func ModelGGUF(ctx context.Context, path string, o DirOptions) (*ModelReport, string, error) {
+	f, err := gguf.Open(path)
 	if err != nil {
-		return nil, "", fmt.Errorf("validate: reference: %w", err)
+		return nil, "", fmt.Errorf("validate: %w", err)
 	}
-	tok, err := tokenizer.Load(dir)
+	prov, ok, err := manifest.ReadProvenance(f)
+	f.Close()
+	if err != nil {
+		return nil, "", fmt.Errorf("validate: %s: %w", path, err)
+	}
+	ref, err := resolveReference(o)
 	if err != nil {
 		return nil, "", err
 	}
-	th, refWeights := DefaultThresholds(man.Quantization.Format), ""
-	if isTernaryPair(quant, man.Quantization.Format) {
+	if ref == "" {
+		if !ok || prov.Source.RepoID == "" {
+			return nil, "", fmt.Errorf("validate: %s names no source lowbit can find: give --reference (a HuggingFace directory or repo id in the HF cache)", path)
+		}
+		rev := prov.Source.Commit
+		if rev == "" {
+			rev = prov.Source.Revision
+		}
+		snap, err := hub.CachedSnapshot(o.CacheDir, prov.Source.RepoID, rev, nil)
+		if err != nil {
+			return nil, "", fmt.Errorf("validate: the reference %s is not in the HF cache (lowbit download %s, or give --reference): %w", prov.Source.RepoID, prov.Source.RepoID, err)
+		}
+		ref = snap.Dir
+	}
+	quant, err := model.Load(ctx, path, model.LoadOptions{})
+	if err != nil {
+		return nil, "", err
+	}
+	format := ""
+	if ok {
+		format = prov.Quantization.Format
+	} else {
+		format = string(linearFormat(quant))
+	}
+	rep, err := compareWith(ctx, quant, path, ref, format, o)
+	return rep, ref, err
+}
+
+// resolveReference is DirOptions.Reference as a directory: a path, or a
+// Hub repo id (org/name) found in the HF cache, never downloaded; "" when
+// none is given.
+func resolveReference(o DirOptions) (string, error) {
+	ref := o.Reference
+	if ref == "" {
+		return "", nil
+	}
+	if _, err := os.Stat(ref); err == nil || !strings.Contains(ref, "/") || filepath.IsAbs(ref) || strings.HasPrefix(ref, ".") {
+		return ref, nil
+	}
+	repo, rev, _ := strings.Cut(ref, "@")
+	snap, err := hub.CachedSnapshot(o.CacheDir, repo, rev, nil)
+	if err != nil {
+		return "", fmt.Errorf("validate: --reference %s is neither a directory nor a repo in the HF cache (lowbit download %s): %w", ref, repo, err)
+	}
+	return snap.Dir, nil
+}
+
+// linearFormat is the format most linear weights of m are stored in.
+func linearFormat(m *model.Model) quantize.Format {
+	count := map[quantize.Format]int{}
+	best := quantize.F32
+	for name, w := range m.Weights {
+		if m.Config.TensorRole(name) != model.RoleLinear {
+			continue
+		}
+		f := w.Format()
+		count[f]++
+		if count[f] > count[best] {
+			best = f
+		}
+	}
+	return best
+}
+
+// compareWith loads the reference and the quantized model's tokenizer (from
+// src, the model's directory or file) and compares the two under the
+// thresholds of format.
+func compareWith(ctx context.Context, quant *model.Model, src, ref, format string, o DirOptions) (*ModelReport, error) {
+	refModel, err := model.Load(ctx, ref, model.LoadOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("validate: reference: %w", err)
+	}
+	if quant.Config.Arch != refModel.Config.Arch && quant.Config.GGUFArch() == refModel.Config.GGUFArch() {
+		// A GGUF file names Mistral llama: the same computation.
+		quant.Config.Arch = refModel.Config.Arch
+	}
+	tok, err := tokenizer.Load(src)
+	if err != nil {
+		return nil, err
+	}
+	th, refWeights := DefaultThresholds(format), ""
+	if isTernaryPair(quant, format) {
 		if err := TernarizeLinears(ctx, refModel); err != nil {
-			return nil, "", err
+			return nil, err
 		}
 		th, refWeights = TernaryThresholds(), ReferenceTernary
 	}
@@ -77,13 +179,13 @@ func ModelDir(ctx context.Context, dir string, o DirOptions) (*ModelReport, stri
 	opts := ModelOptions{Text: o.Text, MaxTokens: o.MaxTokens, Thresholds: th, Backend: o.Backend, KVCache: o.KVCache}
 	rep, err := CompareModels(ctx, quant, refModel, tok, opts)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	if rep.KVCaches, err = CompareKVCaches(ctx, refModel, tok, o.KVCaches, opts); err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	rep.Format, rep.ReferenceWeights = man.Quantization.Format, refWeights
-	return rep, ref, nil
+	rep.Format, rep.ReferenceWeights = format, refWeights
+	return rep, nil
 }
 
 // FormatCases keeps the cases of the given format (all when empty). A

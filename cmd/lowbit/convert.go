@@ -30,13 +30,17 @@ lowbit, the others are downloaded through the HF cache, or any Hub repo id), qua
 writes a lowbit model directory with its manifest and validates it. Without --out the
 model goes to the store, $LOWBIT_HOME/models/<alias or repo name>-<format> (LOWBIT_HOME
 defaults to lowbit in the user's cache directory, ~/.cache/lowbit), where run, validate,
-bench and show find it by that name.`,
+bench and show find it by that name. With --format gguf the output is one GGUF file for
+llama.cpp and Ollama instead (--out, default <name>-<format>.gguf in the working directory):
+the weights are quantized in the groups GGUF's types hold (32; the 8-bit tables too) and
+written as Q8_0, Q4_1, Q1_0 or TQ2_0 with the values lowbit validated.`,
 		Example: `  lowbit convert demo --bits 4                 # the built-in model, to demo-q4 in the store
   lowbit convert --list-models
   lowbit convert tinyllama --bits 4            # to tinyllama-q4 in the store
   lowbit convert ./TinyLlama-1.1B-Chat-v1.0 --bits 4 --out ./tinyllama-q4
   lowbit convert tinyllama --bits q4k          # GGUF's Q4_K layout, to tinyllama-q4k
-  lowbit convert bitnet-2b --bits ternary`,
+  lowbit convert bitnet-2b --bits ternary
+  lowbit convert demo --bits 4 --format gguf   # one file for llama.cpp and Ollama: ./demo-q4.gguf`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if listModels {
 				return cobra.NoArgs(cmd, args)
@@ -52,11 +56,13 @@ bench and show find it by that name.`,
 			case "safetensors":
 			case "npz":
 				opts.NPZ = true
+			case "gguf":
+				opts.GGUF = true
 			default:
-				return fmt.Errorf("--format %q: want safetensors or npz", format)
+				return fmt.Errorf("--format %q: want safetensors, npz or gguf", format)
 			}
 			models, err := store.FromEnv()
-			if err != nil && opts.Out == "" {
+			if err != nil && opts.Out == "" && !opts.GGUF {
 				return err
 			}
 			opts.Store = models
@@ -77,6 +83,21 @@ bench and show find it by that name.`,
 			if asJSON {
 				if err := printJSON(out, res); err != nil {
 					return err
+				}
+			} else if res.GGUF != nil {
+				if err := printGGUFResult(out, res.GGUF); err != nil {
+					return err
+				}
+				s := res.Summary
+				fmt.Fprintf(out, "quantized %s -> %.2f bits/weight, mean rel. error %.4f (max %.4f in %s)\n",
+					humanBytes(s.SourceBytes), s.BitsPerWeight, s.MeanRelL2Error, s.MaxRelL2Error, s.MaxErrorTensor)
+				for _, n := range res.Notes {
+					fmt.Fprintf(out, "note: %s\n", n)
+				}
+				if res.Validation != nil {
+					if err := res.Validation.WriteText(out); err != nil {
+						return err
+					}
 				}
 			} else {
 				s := res.Summary
@@ -107,13 +128,13 @@ bench and show find it by that name.`,
 	f.IntVar(&opts.TableGroupSize, "table-group-size", 0, "weights per scale group of the embeddings and head (default 128 at 8 bits, else --group-size)")
 	f.StringVar(&opts.EmbeddingBits, "embedding-bits", "8", "format of token embeddings: 8, 4, ... or f16, bf16, f32 to keep floats")
 	f.StringVar(&opts.OutputBits, "output-bits", "8", "format of the output head: 8, 4, ... or f16, bf16, f32")
-	f.StringVarP(&opts.Out, "out", "o", "", "output directory (default: <alias or repo name>-<format> in $LOWBIT_HOME/models, e.g. demo-q4)")
+	f.StringVarP(&opts.Out, "out", "o", "", "output directory (default: <alias or repo name>-<format> in $LOWBIT_HOME/models, e.g. demo-q4); with --format gguf the .gguf file (default ./<name>-<format>.gguf)")
 	f.StringVar(&opts.Revision, "revision", "", "Hub revision: branch, tag or commit (default main)")
 	f.BoolVar(&opts.Force, "force", false, "replace an existing output directory")
 	f.BoolVar(&opts.NoValidate, "no-validate", false, "skip the last stage (kernel checks and the model against its source)")
 	f.BoolVar(&opts.NoSearch, "no-search", false, "plain min/max scales instead of the error-minimizing clipping search")
 	f.BoolVar(&opts.AllowNonFinite, "allow-nonfinite", false, "convert weights holding NaN or Inf (they become 0) instead of failing")
-	f.StringVar(&format, "format", "safetensors", "output format: safetensors, or npz (also writes model.npz for numpy tools)")
+	f.StringVar(&format, "format", "safetensors", "output format: safetensors, npz (also writes model.npz for numpy tools), or gguf (one .gguf file for llama.cpp)")
 	f.IntVar(&workers, "workers", 0, "parallel workers (default: all cores)")
 	f.BoolVar(&offline, "offline", false, "use the HF cache only (also HF_HUB_OFFLINE=1)")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")

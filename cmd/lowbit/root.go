@@ -21,7 +21,7 @@ what the bits cost, and runs it on an NVIDIA GPU or the CPU.`,
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("lowbit {{.Version}}\n") // as the version command prints it
-	root.AddCommand(newVersionCmd(), newConvertCmd(), newDownloadCmd(), newListCmd(), newRmCmd(), newLoadtestCmd())
+	root.AddCommand(newVersionCmd(), newConvertCmd(), newExportCmd(), newDownloadCmd(), newListCmd(), newRmCmd(), newLoadtestCmd())
 	for _, c := range []*cobra.Command{newRunCmd(), newServeCmd(), newValidateCmd(), newBenchCmd(), newShowCmd()} {
 		c.Long += "\n\n" + modelArgHelp
 		root.AddCommand(c)

@@ -6,10 +6,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"lowbit/convert"
 	"lowbit/gguf"
 	"lowbit/manifest"
 	"lowbit/model"
@@ -62,7 +64,8 @@ context), and for a converted model the formats of its linear weights, embedding
 its size and bits per weight, the quantization error, what validation found (status, KL
 divergence, top-1 agreement, perplexity ratio, what was not checked) and its source.`,
 		Example: `  lowbit show demo-q4
-  lowbit show demo-q4 --json`,
+  lowbit show demo-q4 --json
+  lowbit show model.gguf                      # a GGUF file: architecture, tensor types, tokenizer, lowbit's provenance`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir, err := resolveModelDir(cmd.Context(), args[0], "", true, nil, nil)
@@ -70,7 +73,14 @@ divergence, top-1 agreement, perplexity ratio, what was not checked) and its sou
 				return err
 			}
 			if gguf.IsFile(dir) {
-				return fmt.Errorf("%s is a GGUF file: show describes model directories only (lowbit run and bench read GGUF)", dir)
+				d, err := convert.DescribeGGUF(dir)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), d)
+				}
+				return printGGUF(cmd.OutOrStdout(), d)
 			}
 			models, _ := store.FromEnv() // only labels the demo source
 			res, err := describeModel(args[0], dir, models)
@@ -169,6 +179,53 @@ func printShow(w io.Writer, r showJSON) error {
 	}
 	if src.Dir != "" && src.Dir != src.Label {
 		lines = append(lines, [2]string{"source dir", src.Dir})
+	}
+	return writeFields(w, lines)
+}
+
+// printGGUF describes a GGUF file: its architecture as lowbit reads it,
+// its tensors' types, its tokenizer, and what a lowbit export records.
+func printGGUF(w io.Writer, d *convert.GGUFDescription) error {
+	arch := d.Arch + " (lowbit cannot run it: " + d.ConfigError + ")"
+	if c := d.Config; c != nil {
+		arch = fmt.Sprintf("%s: %d layers, hidden %d, intermediate %d, %d heads (%d KV, head dim %d), vocab %d, context %d",
+			d.Arch, c.NumLayers, c.HiddenSize, c.IntermediateSize, c.NumHeads, c.NumKVHeads, c.HeadDim, c.VocabSize, c.MaxPositions)
+	}
+	var types []string
+	for t, n := range d.Types {
+		types = append(types, fmt.Sprintf("%d %s", n, t))
+	}
+	slices.Sort(types)
+	tok := "none"
+	if d.Tokenizer != "" {
+		tok = fmt.Sprintf("%s, %d tokens", d.Tokenizer, d.Tokens)
+		if d.ChatTemplate {
+			tok += ", chat template"
+		}
+	}
+	lines := [][2]string{
+		{"name", d.Name},
+		{"path", d.Path},
+		{"format", fmt.Sprintf("GGUF v%d, %d metadata keys", d.Version, d.Keys)},
+		{"architecture", arch},
+		{"tensors", fmt.Sprintf("%d: %s", d.Tensors, strings.Join(types, ", "))},
+		{"parameters", fmt.Sprintf("%d (%s)", d.Parameters, humanCount(d.Parameters))},
+		{"size", fmt.Sprintf("%s, %.2f bits/weight", humanBytes(d.Size), d.BitsPerWeight)},
+		{"tokenizer", tok},
+	}
+	if p := d.Lowbit; p != nil {
+		q := p.Quantization
+		lines = append(lines,
+			[2]string{"exported by", "lowbit " + p.LowbitVersion},
+			[2]string{"quantized", fmt.Sprintf("linear %s, embeddings %s, head %s", formatGroup(q.Format, q.GroupSize), q.EmbeddingFormat, q.OutputFormat)},
+			[2]string{"validation", validationLine(p.Validation)},
+		)
+		if len(p.Requantized) > 0 {
+			lines = append(lines, [2]string{"requantized", strings.Join(p.Requantized, ", ") + " (validation above is the lowbit model's)"})
+		}
+		if src := p.Source; src.RepoID != "" {
+			lines = append(lines, [2]string{"source", strings.TrimSuffix(src.RepoID+" "+src.Commit, " ")})
+		}
 	}
 	return writeFields(w, lines)
 }

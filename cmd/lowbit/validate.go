@@ -43,12 +43,14 @@ func newValidateCmd() *cobra.Command {
 found, CUDA, against a float64 reference from the same packed weights, within 5% for 1 bit,
 1% for 2 bits and ternary, 0.5% for 4 bits, 0.1% for 8 bits) and models (a converted model
 against its float original over a text: per-layer error, KL divergence, top-1 agreement and
-perplexity, with per-format thresholds; a BitNet model converted to ternary against its original's
+perplexity, with per-format thresholds; a GGUF file, lowbit's export or llama.cpp's, likewise,
+against --reference or the source its lowbit.* keys name; a BitNet model converted to ternary against its original's
 linear weights ternarized, as BitNet runs them, with a 99% top-1 bar). It exits with status 1
 when a check fails.`,
 		Example: `  lowbit validate --kernels
   lowbit validate ./tinyllama-q4
-  lowbit validate ./tinyllama-q4 --reference ./TinyLlama-1.1B-Chat-v1.0 --text book.txt --html report.html`,
+  lowbit validate ./tinyllama-q4 --reference ./TinyLlama-1.1B-Chat-v1.0 --text book.txt --html report.html
+  lowbit validate tinyllama-q4_1.gguf --reference TinyLlama/TinyLlama-1.1B-Chat-v1.0`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -85,10 +87,11 @@ when a check fails.`,
 				if err != nil {
 					return err
 				}
+				check := validate.ModelDir
 				if gguf.IsFile(dir) {
-					return fmt.Errorf("%s is a GGUF file: validate reads lowbit model directories only (lowbit run and bench read GGUF)", dir)
+					check = validate.ModelGGUF
 				}
-				m, ref, err := validate.ModelDir(ctx, dir, validate.DirOptions{
+				m, ref, err := check(ctx, dir, validate.DirOptions{
 					Reference: reference, CacheDir: hub.OptionsFromEnv().CacheDir, Text: text, MaxTokens: maxTokens,
 					KVCache: kvCache.t, KVCaches: []model.KVType{model.KVF16, model.KVQ8},
 					Backend: func() (model.Backend, error) {
@@ -172,7 +175,7 @@ when a check fails.`,
 	f.BoolVar(&kernels, "kernels", false, "check every format's products on every backend present")
 	f.Int64Var(&seed, "seed", -1, "seed of the kernel inputs (-1: new each run; the report prints it), as run's --seed")
 	f.StringVar(&realDir, "model", "", "also use rows of this float model's weights as kernel inputs")
-	f.StringVar(&reference, "reference", "", "the float original (default: the manifest's source, or the HF cache)")
+	f.StringVar(&reference, "reference", "", "the float original: a directory or a repo id in the HF cache (default: the model's source)")
 	f.StringVar(&textFile, "text", "", "evaluation text file (default: a built-in passage)")
 	f.IntVar(&maxTokens, "max-tokens", 0, "most tokens of the text to evaluate (default 8192)")
 	f.StringVar(&device, "device", "auto", "cpu, cuda or auto")
