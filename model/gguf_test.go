@@ -459,10 +459,6 @@ func TestGGUFRefused(t *testing.T) {
 			ts[9] = ggufTensor{name: "blk.0.ffn_gate.weight", dims: []uint64{tinyHidden, tinyFFN}, typ: gguf.IQ4_NL, data: make([]byte, tinyHidden*tinyFFN/32*18)}
 			return k, ts
 		}, "blk.0.ffn_gate.weight: ggml type IQ4_NL is not supported yet"},
-		{"Q4_K rows of 64", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
-			ts[9] = ggufTensor{name: "blk.0.ffn_gate.weight", dims: []uint64{tinyHidden, tinyFFN}, typ: gguf.Q4_K, data: make([]byte, tinyHidden*tinyFFN/256*144)}
-			return k, ts
-		}, `tensor "blk.0.ffn_gate.weight": rows of 64 are not a whole number of Q4_K blocks of 256`},
 		{"Q6_K NaN scale", func(k []ggufKV, ts []ggufTensor) ([]ggufKV, []ggufTensor) {
 			ts = nil
 			for _, tn := range tinyShapesSized(256, 512) {
