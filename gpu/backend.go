@@ -57,6 +57,9 @@ type Backend struct {
 	n              int // tokens of the current step
 	first          int // position of the step's first token
 	slot           int // cache slot of the step's sequence
+	// seqs are the step's sequences where it has several (their tokens'
+	// rows in order); nil for one.
+	seqs []stepSeq
 	// i8 holds int8 activations (maxStep rows of whole blocks) per width
 	// (tq2 weights); scale their scales, one per token.
 	i8    map[int]Buffer
@@ -518,13 +521,10 @@ func (b *Backend) Step(ctx context.Context, st *model.Step, pass func() error) (
 	if err := st.Check(c.shape); err != nil {
 		return nil, fmt.Errorf("gpu: %w", err)
 	}
-	if len(st.Seqs) != 1 {
-		return nil, fmt.Errorf("gpu: a step of %d sequences: the CUDA backend steps one sequence at a time", len(st.Seqs))
+	if st.Tokens() > b.maxStep {
+		return nil, fmt.Errorf("gpu: a step of %d tokens (at most %d)", st.Tokens(), b.maxStep)
 	}
 	seq := st.Seqs[0]
-	if len(seq.Tokens) > b.maxStep {
-		return nil, fmt.Errorf("gpu: a step of %d tokens (at most %d)", len(seq.Tokens), b.maxStep)
-	}
 	var logits Buffer
 	if st.Logits.Len() > 0 {
 		if logits = b.buf(st.Logits); b.err != nil {
@@ -538,9 +538,11 @@ func (b *Backend) Step(ctx context.Context, st *model.Step, pass func() error) (
 		b.settle()
 		return nil
 	}
-	decode := len(seq.Tokens) == 1 && st.Key != nil && !b.noGraphs
+	// A step of several sequences runs directly: its graph would hold
+	// their cache slots, which change from step to step.
+	decode := len(st.Seqs) == 1 && len(seq.Tokens) == 1 && st.Key != nil && !b.noGraphs
 	if !decode || !b.chained(st.Key, seq.Tokens, seq.Pos, st.Want) {
-		b.setStep(seq)
+		b.setSteps(st.Seqs)
 		var err error
 		if decode {
 			err = b.replay(st.Key, full)
@@ -614,16 +616,31 @@ func (b *Backend) Step(ctx context.Context, st *model.Step, pass func() error) (
 	return res, b.run(nil)
 }
 
+// stepSeq is one sequence of a step of several: its tokens' first row
+// and count, first position and cache slot.
+type stepSeq struct{ row, n, pos, slot int }
+
 // setStep queues the copy of the step's token ids and positions to
 // device memory (a graph replayed afterwards reads them there).
-func (b *Backend) setStep(s model.Seq) {
+func (b *Backend) setStep(s model.Seq) { b.setSteps([]model.Seq{s}) }
+
+// setSteps is setStep for the sequences of a step, their tokens' rows one
+// after the other.
+func (b *Backend) setSteps(seqs []model.Seq) {
 	// One copy: ids in the first half, positions in the second.
 	buf := make([]int32, 2*b.maxStep)
-	for i, t := range s.Tokens {
-		buf[i] = int32(t)
-		buf[b.maxStep+i] = int32(s.Pos + i)
+	b.n, b.seqs = 0, nil
+	for _, s := range seqs {
+		for i, t := range s.Tokens {
+			buf[b.n+i] = int32(t)
+			buf[b.maxStep+b.n+i] = int32(s.Pos + i)
+		}
+		if len(seqs) > 1 {
+			b.seqs = append(b.seqs, stepSeq{row: b.n, n: len(s.Tokens), pos: s.Pos, slot: s.Slot})
+		}
+		b.n += len(s.Tokens)
 	}
-	b.n, b.first, b.slot = len(s.Tokens), s.Pos, s.Slot
+	b.first, b.slot = seqs[0].Pos, seqs[0].Slot
 	b.chain, b.running = nil, nil
 	b.op("step", func() error { return b.d.htod(b.step, 0, bytesOf(buf)) })
 }
@@ -707,22 +724,13 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.Cache, layer int, a
 	if n == 1 && b.skip["attn"] {
 		return
 	}
-	rows := c.rows[layer*c.shape.Slots+b.slot]
-	positions := c.shape.Positions
+	slots, seqs := c.shape.Slots, b.seqs
 	b.op("attention", func() error {
-		if n == 1 {
-			dec := c.decode(b.d, a, positions)
-			var cs Buffer
-			var err error
-			if dec != nil && rope != nil {
-				if cs, err = c.ropeTable(b.d, rope, positions); err != nil {
-					return err
-				}
-			}
-			if dec != nil {
-				return dec.launch(b.d, qb, kb, vb, rows, ob, a.Heads, a.KVHeads, b.pos, a.Scale, a.SoftCap, cs, a.Window)
-			}
+		if seqs == nil {
+			return b.attend(c, a, rope, n, qb, kb, vb, ob, c.rows[layer*slots+b.slot], b.pos)
 		}
+		// Several sequences: rotated together, then each over its own
+		// cache slot.
 		if rope != nil {
 			if err := b.d.rope(qb, n, a.Heads, a.HeadDim, b.pos, rope.m.data); err != nil {
 				return err
@@ -731,20 +739,60 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.Cache, layer int, a
 				return err
 			}
 		}
-		if n > 1 && hasAttnPrefill(a.HeadDim) {
-			if err := b.d.kvStore(kb, vb, rows, n, a.KVHeads, a.HeadDim, b.pos); err != nil {
+		qr, kr := int64(4*a.Heads*a.HeadDim), int64(4*kvd)
+		for _, sq := range seqs {
+			r, m := int64(sq.row), int64(sq.n)
+			if err := b.attend(c, a, nil, sq.n, qb.Slice(r*qr, m*qr), kb.Slice(r*kr, m*kr), vb.Slice(r*kr, m*kr), ob.Slice(r*qr, m*qr),
+				c.rows[layer*slots+sq.slot], b.pos.Slice(4*r, 4*m)); err != nil {
 				return err
 			}
-			return b.d.attnPrefill(qb, rows, ob, n, a.Heads, a.KVHeads, a.HeadDim, positions, b.pos, a.Scale, a.SoftCap, a.Window)
 		}
-		if n == 1 { // the kernel stores k and v itself
-			return b.d.attention(qb, rows, ob, 1, a.Heads, a.KVHeads, a.HeadDim, positions, b.pos, a.Scale, a.SoftCap, a.Window, kb, vb)
+		return nil
+	})
+}
+
+// attend queues attention for n tokens of one sequence (q, k, v and out
+// its rows, pos their positions) over its cache rows: one token through
+// attn_decode (split over the sequence, the rotation inside), a prompt
+// through rope and attn_prefill (flash style) where its head size is
+// built, else the general kernel. rope nil: q and k are rotated already
+// (device thread).
+func (b *Backend) attend(c *gpuCache, a model.Attn, rope *gpuMat, n int, qb, kb, vb, ob Buffer, rows kvRows, pos Buffer) error {
+	positions := c.shape.Positions
+	if n == 1 {
+		dec := c.decode(b.d, a, positions)
+		var cs Buffer
+		var err error
+		if dec != nil && rope != nil {
+			if cs, err = c.ropeTable(b.d, rope, positions); err != nil {
+				return err
+			}
 		}
-		if err := b.d.kvStore(kb, vb, rows, n, a.KVHeads, a.HeadDim, b.pos); err != nil {
+		if dec != nil {
+			return dec.launch(b.d, qb, kb, vb, rows, ob, a.Heads, a.KVHeads, pos, a.Scale, a.SoftCap, cs, a.Window)
+		}
+	}
+	if rope != nil {
+		if err := b.d.rope(qb, n, a.Heads, a.HeadDim, pos, rope.m.data); err != nil {
 			return err
 		}
-		return b.d.attention(qb, rows, ob, n, a.Heads, a.KVHeads, a.HeadDim, positions, b.pos, a.Scale, a.SoftCap, a.Window, Buffer{}, Buffer{})
-	})
+		if err := b.d.rope(kb, n, a.KVHeads, a.HeadDim, pos, rope.m.data); err != nil {
+			return err
+		}
+	}
+	if n > 1 && hasAttnPrefill(a.HeadDim) {
+		if err := b.d.kvStore(kb, vb, rows, n, a.KVHeads, a.HeadDim, pos); err != nil {
+			return err
+		}
+		return b.d.attnPrefill(qb, rows, ob, n, a.Heads, a.KVHeads, a.HeadDim, positions, pos, a.Scale, a.SoftCap, a.Window)
+	}
+	if n == 1 { // the kernel stores k and v itself
+		return b.d.attention(qb, rows, ob, 1, a.Heads, a.KVHeads, a.HeadDim, positions, pos, a.Scale, a.SoftCap, a.Window, kb, vb)
+	}
+	if err := b.d.kvStore(kb, vb, rows, n, a.KVHeads, a.HeadDim, pos); err != nil {
+		return err
+	}
+	return b.d.attention(qb, rows, ob, n, a.Heads, a.KVHeads, a.HeadDim, positions, pos, a.Scale, a.SoftCap, a.Window, Buffer{}, Buffer{})
 }
 
 // decode is the cache's attn_decode plan for a's layout and window (made

@@ -601,3 +601,91 @@ func TestChainDraw(t *testing.T) {
 		}
 	}
 }
+
+// TestStepBatchGPU steps three sequences in cache slots out of order on
+// the GPU, prompts chunked beside decode tokens, and holds each one's
+// logits to its logits alone on the GPU (within the tolerance of a
+// product through another path: rows together, not one by one).
+func TestStepBatchGPU(t *testing.T) {
+	d := openOrSkip(t)
+	ctx := context.Background()
+	for _, f := range []quantize.Format{quantize.F32, quantize.Q4} {
+		t.Run(string(f), func(t *testing.T) {
+			m := fixtureModel(t, wideSpec("LlamaForCausalLM"), f)
+			be, err := NewBackend(d, 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(be.Close)
+			batch, err := m.NewSession(model.SessionOptions{Backend: be, Context: 64, Batch: 32, Slots: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			prompts := [][]int{{3, 4, 5, 6, 7}, {9, 10, 11}, {12, 13, 14, 15, 16, 17, 18}}
+			slots := []int{2, 0, 3}
+			// alone: each sequence's logits after its prompt, then after each of 4 more tokens
+			alone := make([][][]float32, len(prompts))
+			feed := [][]int{{20}, {21}, {22}, {23}}
+			for i, p := range prompts {
+				s, _ := newGPUSession(t, d, m, 64, 32)
+				l, err := s.Forward(ctx, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				alone[i] = append(alone[i], l)
+				for _, tok := range feed {
+					if l, err = s.Forward(ctx, tok); err != nil {
+						t.Fatal(err)
+					}
+					alone[i] = append(alone[i], l)
+				}
+			}
+			// together: sequence 0's prompt alone, then 1's prompt beside 0's
+			// decode, then 2's prompt in two chunks beside the others.
+			pos := make([]int, 3)
+			got := make([][][]float32, 3)
+			step := func(seqs []model.BatchSeq, who []int) {
+				t.Helper()
+				res, err := batch.StepBatch(ctx, seqs, model.Want{Logits: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				v := m.Config.VocabSize
+				row := 0
+				for j, q := range seqs {
+					pos[who[j]] += len(q.Tokens)
+					if q.Logits {
+						got[who[j]] = append(got[who[j]], res.Logits[row*v:(row+1)*v])
+						row++
+					}
+				}
+			}
+			next := func(i int) []int { return feed[len(got[i])-1] }
+			step([]model.BatchSeq{{Slot: slots[0], Pos: 0, Tokens: prompts[0], Logits: true}}, []int{0})
+			step([]model.BatchSeq{{Slot: slots[1], Pos: 0, Tokens: prompts[1], Logits: true}, {Slot: slots[0], Pos: pos[0], Tokens: next(0), Logits: true}}, []int{1, 0})
+			step([]model.BatchSeq{{Slot: slots[2], Pos: 0, Tokens: prompts[2][:4]}, {Slot: slots[0], Pos: pos[0], Tokens: next(0), Logits: true}, {Slot: slots[1], Pos: pos[1], Tokens: next(1), Logits: true}}, []int{2, 0, 1})
+			step([]model.BatchSeq{{Slot: slots[2], Pos: pos[2], Tokens: prompts[2][4:], Logits: true}, {Slot: slots[0], Pos: pos[0], Tokens: next(0), Logits: true}, {Slot: slots[1], Pos: pos[1], Tokens: next(1), Logits: true}}, []int{2, 0, 1})
+			for len(got[2]) < len(alone[2]) {
+				var seqs []model.BatchSeq
+				var who []int
+				for i := range 3 {
+					if len(got[i]) < len(alone[i]) {
+						seqs = append(seqs, model.BatchSeq{Slot: slots[i], Pos: pos[i], Tokens: next(i), Logits: true})
+						who = append(who, i)
+					}
+				}
+				step(seqs, who)
+			}
+			for i := range 3 {
+				if len(got[i]) != len(alone[i]) {
+					t.Fatalf("sequence %d: %d steps together, %d alone", i, len(got[i]), len(alone[i]))
+				}
+				for j := range got[i] {
+					if e := quantize.RelL2(alone[i][j], got[i][j]); e > 1e-3 {
+						t.Errorf("sequence %d step %d: relative L2 %.2g against alone", i, j, e)
+					}
+				}
+			}
+		})
+	}
+}

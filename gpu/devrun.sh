@@ -186,6 +186,29 @@ sampled() {
 	done
 }
 
+# prof: the kernels' time in a decode run (nsys's kernel summary): sampled
+# TinyLlama, and the model families whose decode is furthest from its
+# target.
+prof() {
+	command -v nsys >/dev/null || { log "prof: no nsys"; return; }
+	for args in "tinyllama 4 --temp 0.8 --top-p 0.9 --top-k 40" "gemma2-9b 4" "qwen2.5-7b 4"; do
+		set -- $args
+		local name=$1-$2
+		nsys profile -o "$OUT/prof-$name" -f true "$BIN/lowbit" bench --shape "$1" --bits "$2" -p 0 -n 64 -r 1 --device cuda -q "${@:3}" >/dev/null 2>&1
+		nsys stats -q --report cuda_gpu_kern_sum --format csv "$OUT/prof-$name.nsys-rep" >"$OUT/kern-$name.csv" 2>/dev/null
+		rm -f "$OUT/prof-$name.nsys-rep" "$OUT/prof-$name.sqlite"
+		log "prof $name:"
+		head -12 "$OUT/kern-$name.csv" | cut -d, -f1-4,9 | tee -a "$OUT/summary.txt"
+	done
+}
+
+# batched: aggregate decode of B streams (bench -b).
+batched() {
+	for sh in tinyllama llama2-7b; do
+		"$BIN/lowbit" bench --shape $sh --bits 4 -p 0 -n 128 -b 1,8,32,64 -r 2 --device cuda -q 2>&1 | grep -E '^\|' | tee -a "$OUT/summary.txt"
+	done
+}
+
 # kernels: lowbit validate --kernels on the GPU.
 kernels() {
 	"$BIN/lowbit" validate --kernels --device cuda >"$OUT/validate.log" 2>&1
