@@ -26,7 +26,7 @@ build() {
 		tail -40 "$OUT/make.log"
 		exit 1
 	fi
-	tar czf "$OUT/ptx.tgz" gpu/kernels/*.ptx
+	tar czf "$OUT/ptx.tgz" gpu/kernels/*.ptx.gz
 }
 
 # gputest: every gpu test against the fresh PTX, and the runtime's own.

@@ -3,10 +3,12 @@ package gpu
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -49,19 +51,26 @@ func ptxArch(major int) string {
 }
 
 // readPTX returns the PTX of family for arch, from dir when set (an
-// experiment's LOWBIT_PTX_DIR), else the embedded one.
+// experiment's LOWBIT_PTX_DIR), else the embedded one; both are gzipped
+// (kernels/Makefile).
 func readPTX(family, arch, dir string) ([]byte, error) {
-	name := family + "." + arch + ".ptx"
+	name := family + "." + arch + ".ptx.gz"
+	var gz []byte
+	var err error
 	if dir != "" {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
+		if gz, err = os.ReadFile(filepath.Join(dir, name)); err != nil {
 			return nil, fmt.Errorf("gpu: LOWBIT_PTX_DIR=%s: %w", dir, err)
 		}
-		return b, nil
-	}
-	b, err := kernelFS.ReadFile("kernels/" + name)
-	if err != nil {
+	} else if gz, err = kernelFS.ReadFile("kernels/" + name); err != nil {
 		return nil, fmt.Errorf("gpu: kernels/%s is not embedded (run `make kernels` on a machine with nvcc): %w", name, err)
+	}
+	r, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		return nil, fmt.Errorf("gpu: %s: %w", name, err)
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("gpu: %s: %w", name, err)
 	}
 	return b, nil
 }
