@@ -506,7 +506,9 @@ func TestMatMul(t *testing.T) {
 	d.blasOff = true // lowbit's own kernel; TestMatMulBlas checks cuBLAS
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(3, 4))
-	for _, sh := range []struct{ rows, cols, n int }{{1, 32, 1}, {70, 100, 3}, {130, 2048, 70}, {64, 512, 128}} {
+	// (2 to 64 tokens of whole 32-weight blocks: matvec_batch)
+	for _, sh := range []struct{ rows, cols, n int }{{1, 32, 1}, {70, 100, 3}, {130, 2048, 70}, {64, 512, 128},
+		{100, 256, 2}, {67, 2048, 9}, {301, 512, 64}, {64, 96, 17}} {
 		w := gaussian(r, sh.rows*sh.cols)
 		x := gaussian(r, sh.n*sh.cols)
 		for _, f := range []quantize.Format{quantize.F32, quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1, quantize.TQ2} {

@@ -607,12 +607,40 @@ func (d *Device) matmul(m *Matrix, X, Y Buffer, n int) error {
 	if m.rowScale.Ptr() != 0 {
 		return fmt.Errorf("gpu: matmul: a joined tq2 matrix [%d, %d] takes the int8 product only", m.Rows, m.Cols)
 	}
+	if name, ok := batchKernel(m, n); ok {
+		return d.launchPDL(name, grid2((m.Rows+3)/4, (n+batchVectors-1)/batchVectors), grid1(128), 0,
+			argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argBuf(X), argBuf(Y),
+			argInt(m.Rows), argInt(m.blocks()), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()), argInt(n))
+	}
 	if bl := d.blasFor(m, n); bl != nil {
 		return d.matmulBlas(bl, m, X, Y, n)
 	}
 	return d.launch("matmul_"+string(m.Format), grid2((m.Rows+63)/64, (n+63)/64), grid1(256), 0,
 		argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argF32(m.scale), argBuf(X), argBuf(Y),
 		argInt(m.Rows), argInt(m.Cols), argInt(n), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()))
+}
+
+// batchVectors is how many vectors a block of matvec_batch takes (NV in
+// kernels/matvec.cu), and batchMaxTokens the most tokens a product goes
+// to it with: a few sequences' decode tokens, for which each weight read
+// once per batchVectors of them beats dequantizing for cuBLAS.
+const (
+	batchVectors   = 8
+	batchMaxTokens = 64
+)
+
+// batchKernel is matvec_batch's kernel for a product of m over n tokens,
+// where it takes it: 2 to batchMaxTokens tokens of q8, q4, q2 or q1 rows
+// of whole 32-weight blocks.
+func batchKernel(m *Matrix, n int) (string, bool) {
+	if n < 2 || n > batchMaxTokens || m.Cols%32 != 0 || m.rowScale.Ptr() != 0 {
+		return "", false
+	}
+	switch m.Format {
+	case quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1:
+		return "matvec_batch_" + string(m.Format), true
+	}
+	return "", false
 }
 
 // Activation modes of a matrix-vector product.

@@ -229,6 +229,96 @@ __device__ void matvec(const uint8_t* __restrict__ W, const __half* __restrict__
             if (row0 + r < rows) y[row0 + r] = FMT == TQ2 ? acc[r] * tq2_scale(scales, row0 + r, tscale) : acc[r];
 }
 
+// matvec_batch: Y[n, rows] = X[n, cols] W^T for a few vectors (a step's
+// decode tokens of several sequences), the simple kernel's loop with each
+// weight block loaded once for NV vectors: blockIdx.y takes vectors
+// NV*y... (the last group may hold fewer). cols is a multiple of 32, so a
+// vector's blocks never run into the next one's.
+template <int FMT, int NT, int NV>
+__device__ void matvec_batch(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
+                             const __half* __restrict__ mins, const float* X, float* __restrict__ Y, int rows,
+                             int nb, int row_bytes, int gb, int ng, int n) {
+    constexpr int NWORDS = FMT == Q8 ? 8 : FMT == Q4 ? 4 : FMT == Q1 ? 1 : 2;
+    __shared__ float red[NT / 32][NV * ROWS];
+    pdl_launch_dependents();
+    pdl_wait();
+    const int row0 = blockIdx.x * ROWS, v0 = blockIdx.y * NV, nv = min(NV, n - v0);
+    const size_t cols = (size_t)nb * 32;
+    float acc[NV * ROWS];
+#pragma unroll
+    for (int i = 0; i < NV * ROWS; i++) acc[i] = 0.f;
+    for (int b = threadIdx.x; b < nb; b += NT) {
+        uint32_t w[ROWS][NWORDS];
+        float d[ROWS], m[ROWS];
+        const int g = b / gb;
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            const int row = min(row0 + r, rows - 1);
+            const uint8_t* p = W + (size_t)row * row_bytes + (size_t)b * block_bytes<FMT>();
+            if (FMT == Q1) {
+                w[r][0] = __ldg(reinterpret_cast<const uint32_t*>(p));
+            } else if (FMT == Q2) {
+                const uint2 a = ld8(p);
+                w[r][0] = a.x, w[r][1] = a.y;
+            } else {
+#pragma unroll
+                for (int k = 0; k < NWORDS / 4; k++) {
+                    const uint4 a = ld16(p + 16 * k);
+                    w[r][4 * k] = a.x, w[r][4 * k + 1] = a.y, w[r][4 * k + 2] = a.z, w[r][4 * k + 3] = a.w;
+                }
+            }
+            const size_t i = (size_t)row * ng + g;
+            d[r] = __half2float(scales[i]);
+            m[r] = FMT == Q4 || FMT == Q2 ? __half2float(mins[i]) : 0.f;
+        }
+#pragma unroll
+        for (int v = 0; v < NV; v++) {
+            if (v >= nv) break;
+            float xv[32];
+            const float4* xp = reinterpret_cast<const float4*>(X + (size_t)(v0 + v) * cols + 32 * (size_t)b);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float4 a = ld_dep(xp + k);
+                xv[4 * k] = a.x, xv[4 * k + 1] = a.y, xv[4 * k + 2] = a.z, xv[4 * k + 3] = a.w;
+            }
+            float xs = 0.f;
+            if (FMT == Q4 || FMT == Q2) {
+#pragma unroll
+                for (int i = 0; i < 32; i++) xs += xv[i];
+            }
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) acc[v * ROWS + r] += d[r] * block_dot_w<FMT>(w[r], xv) + m[r] * xs;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < NV * ROWS; i++)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0)
+#pragma unroll
+        for (int i = 0; i < NV * ROWS; i++) red[warp][i] = acc[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < NV * ROWS; i += NT) {
+        const int v = i / ROWS, r = i % ROWS;
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < NT / 32; k++) s += red[k][i];
+        if (v < nv && row0 + r < rows) Y[(size_t)(v0 + v) * rows + row0 + r] = s;
+    }
+}
+
+#define MATVEC_BATCH(fmt, FMT)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(128) matvec_batch_##fmt(                                       \
+        const uint8_t* W, const __half* scales, const __half* mins, const float* X, float* Y, int rows, int nb, \
+        int row_bytes, int gb, int ng, int n) {                                                                 \
+        matvec_batch<FMT, 128, 8>(W, scales, mins, X, Y, rows, nb, row_bytes, gb, ng, n);                       \
+    }
+MATVEC_BATCH(q8, Q8)
+MATVEC_BATCH(q4, Q4)
+MATVEC_BATCH(q2, Q2)
+MATVEC_BATCH(q1, Q1)
+
 // Chunk geometry of the fast kernel: a thread reads CHUNK_U4 16-byte words
 // of each of its ROWS rows at once, which hold CHUNK_BLOCKS 32-weight blocks.
 template <int FMT>
