@@ -205,7 +205,7 @@ prof() {
 # batched: aggregate decode of B streams (bench -b).
 batched() {
 	for sh in tinyllama llama2-7b; do
-		"$BIN/lowbit" bench --shape $sh --bits 4 -p 0 -n 128 -b 1,8,32,64 -r 2 --device cuda -q 2>&1 | grep -E '^\|' | tee -a "$OUT/summary.txt"
+		"$BIN/lowbit" bench --shape $sh --bits 4 -p 0 -n 128 -d 128 -b 1,8,32,64 -r 2 --device cuda -q 2>&1 | grep -E '^\|' | tee -a "$OUT/summary.txt"
 	done
 }
 
