@@ -15,7 +15,9 @@ const attnSliceLen = 256
 
 // attnDecode is the split geometry of attn_decode for one cache and head
 // layout: S slices, and its scratch (partials and the per-kv-head
-// counters), allocated once so captured graphs keep valid pointers.
+// counters, a set for each of the cache's slots, as a batch of decode
+// tokens runs in one launch), allocated once so captured graphs keep valid
+// pointers.
 type attnDecode struct {
 	name        string
 	threads     int // a block's: NW warps in kernels/attn_decode.cu, its launch bounds
@@ -53,7 +55,7 @@ func attnDecodeSlices(visible, sliceLen int) int {
 // cache of positions stored as typ (window: the visible positions, 0 for
 // all), or reports why the kernel does not take this layout (device
 // thread).
-func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int, typ model.KVType) (*attnDecode, error) {
+func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window, slots int, typ model.KVType) (*attnDecode, error) {
 	if kvHeads <= 0 || heads%kvHeads != 0 {
 		return nil, fmt.Errorf("gpu: attention: %d heads are not a multiple of %d kv heads", heads, kvHeads)
 	}
@@ -94,10 +96,11 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int, typ mo
 	if err := d.allowShared(a.name, a.shared); err != nil {
 		return nil, err
 	}
-	if a.part, err = d.alloc(int64(4*heads*a.slices*(hd+2)), MemScratch); err != nil {
+	slots = max(slots, 1)
+	if a.part, err = d.alloc(int64(4*heads*a.slices*(hd+2)*slots), MemScratch); err != nil {
 		return nil, err
 	}
-	if a.count, err = d.alloc(int64(4*kvHeads*split), MemScratch); err != nil {
+	if a.count, err = d.alloc(int64(4*kvHeads*split*slots), MemScratch); err != nil {
 		d.free(a.part)
 		return nil, err
 	}
@@ -111,9 +114,18 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window int, typ mo
 // layer's caches, storing the step's k and v into them; ropeCS, when set
 // (a ropeTable), rotates q and k first (device thread).
 func (a *attnDecode) launch(d *Device, q, kcur, vcur Buffer, c kvRows, out Buffer, heads, kvHeads int, pos Buffer, scale, softcap float32, ropeCS Buffer, window int) error {
+	return a.launchBatch(d, q, kcur, vcur, c, out, heads, kvHeads, pos, scale, softcap, ropeCS, window, 1, Buffer{}, 0)
+}
+
+// launchBatch is launch for z sequences' decode tokens at once: their
+// rows of q, kcur, vcur and out consecutive, positions pos[0..z), cache
+// slots slots[0..z), a slot's caches stride bytes past the previous
+// one's (c: slot 0's) (device thread).
+func (a *attnDecode) launchBatch(d *Device, q, kcur, vcur Buffer, c kvRows, out Buffer, heads, kvHeads int, pos Buffer, scale, softcap float32, ropeCS Buffer, window, z int, slots Buffer, stride int64) error {
 	args := append(append([]uint64{argBuf(q), argBuf(kcur), argBuf(vcur)}, c.args()...), argBuf(out), argBuf(a.part), argBuf(a.count),
-		argInt(heads), argInt(kvHeads), argBuf(pos), argF32(scale), argF32(softcap), argBuf(ropeCS), argInt(window), argInt(a.sliceLen))
-	return d.launchPDL(a.name, grid2(kvHeads*a.split, a.slices), grid1(a.threads), a.shared, args...)
+		argInt(heads), argInt(kvHeads), argBuf(pos), argF32(scale), argF32(softcap), argBuf(ropeCS), argInt(window), argInt(a.sliceLen),
+		argBuf(slots), uint64(stride))
+	return d.launchPDL(a.name, grid3(kvHeads*a.split, a.slices, z), grid1(a.threads), a.shared, args...)
 }
 
 // ropeTable is cos and sin of every position's rotary angles, [positions]

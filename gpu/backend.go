@@ -50,9 +50,14 @@ type Backend struct {
 	// biases are joined q/k/v biases (jointBias), by their first part.
 	biases map[uint64]Buffer
 
-	// tok and pos hold the step's token ids and the positions of its
-	// tokens (int32, maxStep of each), the two halves of step.
-	step, tok, pos Buffer
+	// tok, pos and slots hold the step's token ids, the positions of its
+	// tokens and their sequences' cache slots (int32, maxStep of each),
+	// the three thirds of step.
+	step, tok, pos, slots Buffer
+	// batchDirect says a step of several decode tokens ran attention one
+	// sequence at a time (a head layout attn_decode does not take): such
+	// steps then run directly, as a graph would keep their slots.
+	batchDirect bool
 	maxStep        int
 	n              int // tokens of the current step
 	first          int // position of the step's first token
@@ -119,7 +124,9 @@ type pendingAdd struct {
 type gpuCache struct {
 	shape model.CacheShape
 	rows  []kvRows // [layer*slots + slot]
-	all   Buffer
+	// stride is the bytes from one slot's rows of a layer to the next's.
+	stride int64
+	all    Buffer
 	// dec are the decode attention's plans for this cache by window (made
 	// on first use; nil where attn_decode does not take the layout); rope
 	// the rotation tables (ropeTable) for the cache's positions, by
@@ -159,10 +166,11 @@ func NewBackend(d *Device, maxStep int) (*Backend, error) {
 	b := &Backend{d: d, byWeight: map[*model.Weight]int{}, i8: map[int]Buffer{}, biases: map[uint64]Buffer{}, steps: map[any]*stepGraph{}, maxStep: maxStep, skip: d.exp.skip}
 	err := d.do(func() error {
 		var err error
-		if b.step, err = d.alloc(int64(8*maxStep), MemScratch); err != nil {
+		if b.step, err = d.alloc(int64(12*maxStep), MemScratch); err != nil {
 			return err
 		}
 		b.tok, b.pos = b.step.Slice(0, int64(4*maxStep)), b.step.Slice(int64(4*maxStep), int64(4*maxStep))
+		b.slots = b.step.Slice(int64(8*maxStep), int64(4*maxStep))
 		if b.scale, err = d.alloc(int64(4*maxStep), MemScratch); err != nil {
 			return err
 		}
@@ -434,7 +442,7 @@ func (b *Backend) NewCache(s model.CacheShape) (model.Cache, error) {
 	}
 	per := 2 * (vals + scales)
 	parts := int64(s.Layers) * int64(s.Slots)
-	c := &gpuCache{shape: s, dec: map[int]*attnDecode{}, rope: map[*gpuMat]Buffer{}}
+	c := &gpuCache{shape: s, stride: per, dec: map[int]*attnDecode{}, rope: map[*gpuMat]Buffer{}}
 	err := b.d.do(func() (err error) {
 		if c.all, err = b.d.alloc(parts*per, MemKV); err != nil {
 			return err
@@ -538,13 +546,17 @@ func (b *Backend) Step(ctx context.Context, st *model.Step, pass func() error) (
 		b.settle()
 		return nil
 	}
-	// A step of several sequences runs directly: its graph would hold
-	// their cache slots, which change from step to step.
-	decode := len(st.Seqs) == 1 && len(seq.Tokens) == 1 && st.Key != nil && !b.noGraphs
+	// A step of decode tokens (one each) is a graph: a batch's attention
+	// reads each sequence's slot from device memory, as it reads its
+	// position; a batch whose attention could not (batchDirect) runs
+	// directly, as a graph would keep its slots. Only one sequence's
+	// steps chain.
+	graph := st.Key != nil && !b.noGraphs && oneEach(st.Seqs) && (len(st.Seqs) == 1 || !b.batchDirect)
+	decode := graph && len(st.Seqs) == 1
 	if !decode || !b.chained(st.Key, seq.Tokens, seq.Pos, st.Want) {
 		b.setSteps(st.Seqs)
 		var err error
-		if decode {
+		if graph {
 			err = b.replay(st.Key, full)
 		} else {
 			err = full()
@@ -587,10 +599,10 @@ func (b *Backend) Step(ctx context.Context, st *model.Step, pass func() error) (
 			}
 			continue
 		}
-		if w.Greedy && !w.Logits {
+		if w.Greedy && !w.Logits && rows == 1 {
 			var id int
 			var err error
-			if decode && rows == 1 && w.TopK == 0 && seq.Pos+2 <= c.shape.Positions {
+			if decode && w.TopK == 0 && seq.Pos+2 <= c.shape.Positions {
 				// The next step, on this id, is queued before it comes back.
 				id, err = b.chainGreedy(st.Key, row, vocab)
 			} else {
@@ -601,6 +613,13 @@ func (b *Backend) Step(ctx context.Context, st *model.Step, pass func() error) (
 			}
 			res.Next = append(res.Next, id)
 		}
+	}
+	if w.Greedy && !w.Logits && rows > 1 {
+		ids, err := b.argmaxRows(logits, rows, vocab)
+		if err != nil {
+			return nil, err
+		}
+		res.Next = ids
 	}
 	if w.Logits {
 		res.Logits = make([]float32, rows*vocab)
@@ -616,6 +635,16 @@ func (b *Backend) Step(ctx context.Context, st *model.Step, pass func() error) (
 	return res, b.run(nil)
 }
 
+// oneEach says every sequence of a step has one token.
+func oneEach(seqs []model.Seq) bool {
+	for _, s := range seqs {
+		if len(s.Tokens) != 1 {
+			return false
+		}
+	}
+	return true
+}
+
 // stepSeq is one sequence of a step of several: its tokens' first row
 // and count, first position and cache slot.
 type stepSeq struct{ row, n, pos, slot int }
@@ -627,13 +656,14 @@ func (b *Backend) setStep(s model.Seq) { b.setSteps([]model.Seq{s}) }
 // setSteps is setStep for the sequences of a step, their tokens' rows one
 // after the other.
 func (b *Backend) setSteps(seqs []model.Seq) {
-	// One copy: ids in the first half, positions in the second.
-	buf := make([]int32, 2*b.maxStep)
+	// One copy: ids, positions, slots.
+	buf := make([]int32, 3*b.maxStep)
 	b.n, b.seqs = 0, nil
 	for _, s := range seqs {
 		for i, t := range s.Tokens {
 			buf[b.n+i] = int32(t)
 			buf[b.maxStep+b.n+i] = int32(s.Pos + i)
+			buf[2*b.maxStep+b.n+i] = int32(s.Slot)
 		}
 		if len(seqs) > 1 {
 			b.seqs = append(b.seqs, stepSeq{row: b.n, n: len(s.Tokens), pos: s.Pos, slot: s.Slot})
@@ -724,7 +754,7 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.Cache, layer int, a
 	if n == 1 && b.skip["attn"] {
 		return
 	}
-	slots, seqs := c.shape.Slots, b.seqs
+	slots, seqs, positions := c.shape.Slots, b.seqs, c.shape.Positions
 	b.op("attention", func() error {
 		if seqs == nil {
 			return b.attend(c, a, rope, n, qb, kb, vb, ob, c.rows[layer*slots+b.slot], b.pos)
@@ -740,12 +770,32 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.Cache, layer int, a
 			}
 		}
 		qr, kr := int64(4*a.Heads*a.HeadDim), int64(4*kvd)
-		for _, sq := range seqs {
+		dec := c.decode(b.d, a, positions)
+		for i := 0; i < len(seqs); {
+			sq := seqs[i]
 			r, m := int64(sq.row), int64(sq.n)
+			// A run of decode tokens: one launch, each over its own slot.
+			z := 0
+			for dec != nil && i+z < len(seqs) && seqs[i+z].n == 1 {
+				z++
+			}
+			if z > 0 {
+				if err := dec.launchBatch(b.d, qb.Slice(r*qr, int64(z)*qr), kb.Slice(r*kr, int64(z)*kr), vb.Slice(r*kr, int64(z)*kr), c.rows[layer*slots],
+					ob.Slice(r*qr, int64(z)*qr), a.Heads, a.KVHeads, b.pos.Slice(4*r, 4*int64(z)), a.Scale, a.SoftCap, Buffer{}, a.Window,
+					z, b.slots.Slice(4*r, 4*int64(z)), c.stride); err != nil {
+					return err
+				}
+				i += z
+				continue
+			}
+			if sq.n == 1 {
+				b.batchDirect = true
+			}
 			if err := b.attend(c, a, nil, sq.n, qb.Slice(r*qr, m*qr), kb.Slice(r*kr, m*kr), vb.Slice(r*kr, m*kr), ob.Slice(r*qr, m*qr),
 				c.rows[layer*slots+sq.slot], b.pos.Slice(4*r, 4*m)); err != nil {
 				return err
 			}
+			i++
 		}
 		return nil
 	})
@@ -802,7 +852,7 @@ func (c *gpuCache) decode(d *Device, a model.Attn, positions int) *attnDecode {
 	p, ok := c.dec[a.Window]
 	if !ok {
 		var err error
-		if p, err = d.newAttnDecode(a.Heads, a.KVHeads, a.HeadDim, positions, a.Window, c.shape.Type); err != nil {
+		if p, err = d.newAttnDecode(a.Heads, a.KVHeads, a.HeadDim, positions, a.Window, c.shape.Slots, c.shape.Type); err != nil {
 			p = nil // the general kernel takes it
 		}
 		c.dec[a.Window] = p
@@ -876,6 +926,32 @@ func (b *Backend) argmax(src Buffer, n int) (int, error) {
 		return 0, err
 	}
 	return int(idx[0]), nil
+}
+
+// argmaxRows is the argmax of each of rows rows of vocab logits: one
+// launch a row, one copy back of all the ids.
+func (b *Backend) argmaxRows(logits Buffer, rows, vocab int) ([]int, error) {
+	raw := make([]int32, rows)
+	err := b.run(func() error {
+		if b.idx.Size() < int64(4*rows) {
+			b.retired = append(b.retired, b.idx) // a recorded graph may read it
+			var err error
+			if b.idx, err = b.d.alloc(int64(4*rows), MemScratch); err != nil {
+				return err
+			}
+		}
+		for r := range rows {
+			if err := b.d.argmax(logits.Slice(int64(4*r*vocab), int64(4*vocab)), vocab, b.idx.Slice(int64(4*r), 4)); err != nil {
+				return err
+			}
+		}
+		return b.d.dtoh(bytesOf(raw), b.idx, 0)
+	})
+	ids := make([]int, rows)
+	for i, v := range raw {
+		ids[i] = int(v)
+	}
+	return ids, err
 }
 
 // replay runs a decode step's pass: the first time for key directly, the

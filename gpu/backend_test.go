@@ -623,9 +623,9 @@ func TestStepBatchGPU(t *testing.T) {
 			}
 			prompts := [][]int{{3, 4, 5, 6, 7}, {9, 10, 11}, {12, 13, 14, 15, 16, 17, 18}}
 			slots := []int{2, 0, 3}
-			// alone: each sequence's logits after its prompt, then after each of 4 more tokens
+			// alone: each sequence's logits after its prompt, then after each of 10 more tokens
 			alone := make([][][]float32, len(prompts))
-			feed := [][]int{{20}, {21}, {22}, {23}}
+			feed := [][]int{{20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}}
 			for i, p := range prompts {
 				s, _ := newGPUSession(t, d, m, 64, 32)
 				l, err := s.Forward(ctx, p)
@@ -665,7 +665,9 @@ func TestStepBatchGPU(t *testing.T) {
 			step([]model.BatchSeq{{Slot: slots[1], Pos: 0, Tokens: prompts[1], Logits: true}, {Slot: slots[0], Pos: pos[0], Tokens: next(0), Logits: true}}, []int{1, 0})
 			step([]model.BatchSeq{{Slot: slots[2], Pos: 0, Tokens: prompts[2][:4]}, {Slot: slots[0], Pos: pos[0], Tokens: next(0), Logits: true}, {Slot: slots[1], Pos: pos[1], Tokens: next(1), Logits: true}}, []int{2, 0, 1})
 			step([]model.BatchSeq{{Slot: slots[2], Pos: pos[2], Tokens: prompts[2][4:], Logits: true}, {Slot: slots[0], Pos: pos[0], Tokens: next(0), Logits: true}, {Slot: slots[1], Pos: pos[1], Tokens: next(1), Logits: true}}, []int{2, 0, 1})
-			for len(got[2]) < len(alone[2]) {
+			// Decode steps, replayed as a graph: the sequences' order, and so
+			// the slot of each row, changes from one step to the next.
+			for k := 0; len(got[2]) < len(alone[2]); k++ {
 				var seqs []model.BatchSeq
 				var who []int
 				for i := range 3 {
@@ -673,6 +675,10 @@ func TestStepBatchGPU(t *testing.T) {
 						seqs = append(seqs, model.BatchSeq{Slot: slots[i], Pos: pos[i], Tokens: next(i), Logits: true})
 						who = append(who, i)
 					}
+				}
+				if k%2 == 1 {
+					slices.Reverse(seqs)
+					slices.Reverse(who)
 				}
 				step(seqs, who)
 			}

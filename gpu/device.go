@@ -264,6 +264,9 @@ func grid1(x int) dim3 { return cuda.Grid1(x) }
 // grid2 is x by y blocks (or threads).
 func grid2(x, y int) dim3 { return cuda.Grid2(x, y) }
 
+// grid3 is the shape of x by y by z blocks.
+func grid3(x, y, z int) dim3 { return dim3{X: uint32(x), Y: uint32(y), Z: uint32(z)} }
+
 // Kernel argument encoders (cuda's).
 func argBuf(b Buffer) uint64  { return b.Ptr() }
 func argInt(v int) uint64     { return cuda.ArgInt(v) }

@@ -305,12 +305,27 @@ __device__ void attn_decode(const float* q, const float* kcur, const float* vcur
 
 // One kernel per head size, group and cache type; the soft-cap's test is
 // taken out of the scores' loop (a body with and one without it).
+// blockIdx.z takes sequence z of a batch of decode tokens (one each, in
+// consecutive rows of q, kcur, vcur and out, positions pos[z]), in cache
+// slot slots[z]: its caches lie slots[z] * stride bytes past kc, vc, ksc
+// and vsc (slots null: one sequence); each has its own partials and
+// counters.
 #define ATTN_DECODE_KT(HD, G2, UNX, suffix, KT, kts)                                                                \
     extern "C" __global__ void __launch_bounds__(32 * NW, 1)                                                         \
         attn_decode_##HD##_##G2##suffix##kts(const float* q, const float* kcur, const float* vcur, void* kc,        \
                                              void* vc, float* ksc, float* vsc, float* out, float* part, int* count, \
                                              int heads, int kv_heads, const int* pos, float scale, float softcap,    \
-                                             const float2* rope_cs, int window, int slice_len) {                    \
+                                             const float2* rope_cs, int window, int slice_len, const int* slots,     \
+                                             long long stride) {                                                     \
+        const int z = blockIdx.z;                                                                                    \
+        if (slots != nullptr) {                                                                                      \
+            const long long off = (long long)slots[z] * stride;                                                      \
+            kc = (char*)kc + off, vc = (char*)vc + off;                                                              \
+            if (ksc != nullptr) ksc = (float*)((char*)ksc + off), vsc = (float*)((char*)vsc + off);                  \
+            q += (size_t)z * heads * HD, out += (size_t)z * heads * HD;                                              \
+            kcur += (size_t)z * kv_heads * HD, vcur += (size_t)z * kv_heads * HD, pos += z;                          \
+            part += (size_t)z * heads * gridDim.y * (HD + 2), count += (size_t)z * gridDim.x;                        \
+        }                                                                                                            \
         if (softcap > 0.f)                                                                                           \
             attn_decode<HD, G2, UNX, true, KT>(q, kcur, vcur, kc, vc, ksc, vsc, out, part, count, heads, kv_heads,  \
                                                pos, scale, softcap, rope_cs, window, slice_len);                     \
