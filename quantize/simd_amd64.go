@@ -17,3 +17,9 @@ func dotQ6KAVX2(q *byte, x *float32, sc *float32, n int) float32
 
 //go:noescape
 func dotQ5KAVX2(q *byte, x *float32, sc, mn *float32, n int) float32
+
+//go:noescape
+func dotQ2KAVX2(q *byte, x *float32, sc, mn *float32, n int) float32
+
+//go:noescape
+func dotQ3KAVX2(q *byte, x *float32, sc *float32, n int) float32

@@ -20,3 +20,11 @@ func dotQ6KAVX2(q *byte, x *float32, sc *float32, n int) float32 {
 func dotQ5KAVX2(q *byte, x *float32, sc, mn *float32, n int) float32 {
 	panic("quantize: dotQ5KAVX2 without amd64")
 }
+
+func dotQ2KAVX2(q *byte, x *float32, sc, mn *float32, n int) float32 {
+	panic("quantize: dotQ2KAVX2 without amd64")
+}
+
+func dotQ3KAVX2(q *byte, x *float32, sc *float32, n int) float32 {
+	panic("quantize: dotQ3KAVX2 without amd64")
+}

@@ -47,7 +47,7 @@ func TestAsymCodesSIMD(t *testing.T) {
 	}
 }
 
-// TestBlockDotsSIMD holds the q4k, q5k and q6k assembly products to their
+// TestBlockDotsSIMD holds the K formats' assembly products to their
 // plain-Go loops on random blocks (every code and sub-block scale), up to
 // float32 rounding: the assembly adds in another order.
 func TestBlockDotsSIMD(t *testing.T) {
@@ -58,7 +58,7 @@ func TestBlockDotsSIMD(t *testing.T) {
 	for _, tc := range []struct {
 		f     Format
 		goDot func(*Tensor, int, []float32) float32
-	}{{Q4K, dotQ4KGo}, {Q5K, dotQ5KGo}, {Q6K, dotQ6KGo}} {
+	}{{Q2K, dotQ2KGo}, {Q3K, dotQ3KGo}, {Q4K, dotQ4KGo}, {Q5K, dotQ5KGo}, {Q6K, dotQ6KGo}} {
 		s := tc.f.spec()
 		for _, nb := range []int{1, 3, kChunk, kChunk + 1, 2*kChunk + 5} {
 			q := &Tensor{Format: tc.f, Rows: 2, Cols: nb * 256, GroupSize: 256, Data: make([]byte, 2*nb*s.BlockBytes)}
