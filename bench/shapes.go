@@ -133,6 +133,9 @@ func RandomModel(ctx context.Context, shape string, f quantize.Format, seed uint
 				// its (tied) table and head at 8 bits, as convert makes it.
 				tf = quantize.Q8
 			}
+			if fb, _ := tf.FallbackFor(cols); fb != tf {
+				tf, gs = fb, fb.DefaultGroupSize() // rows not whole blocks, as convert stores them
+			}
 			if role := cfg.TensorRole(name); role == model.RoleEmbedding || role == model.RoleOutput {
 				gs = tf.TableGroupSize() // (as convert groups tables and heads)
 			}
@@ -176,6 +179,9 @@ func randomTensor(f quantize.Format, rows, cols, gs int, seed uint64) (*quantize
 		t.GroupSize = gs
 	}
 	r := rand.New(rand.NewPCG(seed, 0x6c6f77626974))
+	if spec.BlockScales {
+		return randomBlocks(f, rows, cols, r)
+	}
 	t.Data = make([]byte, rows*t.RowBytes())
 	if f == quantize.TQ2 {
 		// Codes 0..2 (ternary -1, 0, +1), four to a byte.
@@ -219,6 +225,29 @@ func randomTensor(f quantize.Format, rows, cols, gs int, seed uint64) (*quantize
 			t.Mins[i] = half.FromFloat32(-float32(levels) * t.Scales[i].Float32())
 		}
 	}
+	return t, t.Validate()
+}
+
+// randomBlocks is a [rows, cols] tensor in block format f, whose blocks
+// carry their own scales: eight rows of random weights about 1/sqrt(cols)
+// in size, quantized, their bytes repeated down the matrix.
+func randomBlocks(f quantize.Format, rows, cols int, r *rand.Rand) (*quantize.Tensor, error) {
+	n := min(rows, 8)
+	w := make([]float32, n*cols)
+	s := 1 / math.Sqrt(float64(cols))
+	for i := range w {
+		w[i] = float32(r.NormFloat64() * s)
+	}
+	t, err := quantize.Quantize(context.Background(), f, w, n, cols, quantize.Options{})
+	if err != nil {
+		return nil, err
+	}
+	rb := t.RowBytes()
+	data := make([]byte, rows*rb)
+	for i := range rows {
+		copy(data[i*rb:], t.Data[i%n*rb:(i%n+1)*rb])
+	}
+	t.Rows, t.Data, t.SqErr, t.SqRef = rows, data, 0, 0
 	return t, t.Validate()
 }
 

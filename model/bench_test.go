@@ -13,7 +13,28 @@ import (
 // randomQuantized builds a quantized [rows, cols] weight with random codes
 // and small random scales: the same bytes and work as a converted weight,
 // made in a fraction of the time of quantizing random floats.
+//
+// A block format's blocks carry their scales: eight rows of random weights
+// are quantized and their bytes repeated down the matrix.
 func randomQuantized(r *rand.Rand, f quantize.Format, rows, cols int) *Weight {
+	if f.Spec().BlockScales {
+		n := min(rows, 8)
+		w := make([]float32, n*cols)
+		for i := range w {
+			w[i] = float32(r.NormFloat64() * 0.02)
+		}
+		q, err := quantize.Quantize(context.Background(), f, w, n, cols, quantize.Options{})
+		if err != nil {
+			panic(err)
+		}
+		rb := q.RowBytes()
+		data := make([]byte, rows*rb)
+		for i := range rows {
+			copy(data[i*rb:], q.Data[i%n*rb:(i%n+1)*rb])
+		}
+		q.Rows, q.Data = rows, data
+		return QuantWeight(q)
+	}
 	t := &quantize.Tensor{Format: f, Rows: rows, Cols: cols, GroupSize: f.DefaultGroupSize()}
 	t.Data = make([]byte, rows*t.RowBytes())
 	for i := range t.Data {
@@ -75,7 +96,7 @@ func randomModel(tb testing.TB, c Config, f quantize.Format) *Model {
 // BenchmarkDecode measures decode tokens/s of a TinyLlama-1.1B-shaped model
 // (one op = one token at position ~16, after a 16-token prefill).
 func BenchmarkDecode(b *testing.B) {
-	for _, f := range []quantize.Format{quantize.Q4, quantize.Q8, quantize.Q2, quantize.TQ2} {
+	for _, f := range []quantize.Format{quantize.Q4, quantize.Q8, quantize.Q2, quantize.TQ2, quantize.Q4K, quantize.Q6K} {
 		b.Run("tinyllama-"+string(f), func(b *testing.B) {
 			m := randomModel(b, tinyLlamaShaped(b), f)
 			s, err := m.NewSession(SessionOptions{Context: 512})

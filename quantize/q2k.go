@@ -81,8 +81,34 @@ func dequantizeQ2K(blocks []byte, _, _ float32, out []float32) {
 	}
 }
 
-// dotQ2K is Σ sub-blocks d*sc*Σ q*x - dmin*m*Σ x on the packed bytes.
+// dotQ2K is Σ sub-blocks d*sc*Σ q*x - dmin*m*Σ x on the packed bytes: by
+// the AVX2 assembly where there is one, the scales decoded here a chunk of
+// super-blocks at a time.
 func dotQ2K(t *Tensor, r int, x []float32) float32 {
+	nb := t.Cols / 256
+	if !haveAVX2 || nb == 0 {
+		return dotQ2KGo(t, r, x)
+	}
+	src := t.rowData(r)
+	_ = x[nb*256-1] // the assembly reads this far
+	var sc, mn [16 * kChunk]float32
+	var sum float32
+	for b0 := 0; b0 < nb; b0 += kChunk {
+		n := min(kChunk, nb-b0)
+		for b := range n {
+			blk := src[(b0+b)*84 : (b0+b+1)*84]
+			d, dm := f16At(blk[80:]), f16At(blk[82:])
+			for k := range 16 {
+				sc[16*b+k], mn[16*b+k] = d*float32(blk[k]&15), dm*float32(blk[k]>>4)
+			}
+		}
+		sum += dotQ2KAVX2(&src[b0*84], &x[b0*256], &sc[0], &mn[0], n)
+	}
+	return sum
+}
+
+// dotQ2KGo is dotQ2K in plain Go (the reference of the assembly).
+func dotQ2KGo(t *Tensor, r int, x []float32) float32 {
 	src := t.rowData(r)
 	var sum float32
 	for b := 0; b < t.Cols/256; b++ {

@@ -92,8 +92,34 @@ func dequantizeQ3K(blocks []byte, _, _ float32, out []float32) {
 	}
 }
 
-// dotQ3K is Σ sub-blocks d*(s-32)*Σ (q-4)*x on the packed bytes.
+// dotQ3K is Σ sub-blocks d*(s-32)*Σ (q-4)*x on the packed bytes: by the
+// AVX2 assembly where there is one, the scales decoded here a chunk of
+// super-blocks at a time.
 func dotQ3K(t *Tensor, r int, x []float32) float32 {
+	nb := t.Cols / 256
+	if !haveAVX2 || nb == 0 {
+		return dotQ3KGo(t, r, x)
+	}
+	src := t.rowData(r)
+	_ = x[nb*256-1] // the assembly reads this far
+	var sc [16 * kChunk]float32
+	var sum float32
+	for b0 := 0; b0 < nb; b0 += kChunk {
+		n := min(kChunk, nb-b0)
+		for b := range n {
+			blk := src[(b0+b)*110 : (b0+b+1)*110]
+			d := f16At(blk[108:])
+			for k := range 16 {
+				sc[16*b+k] = d * float32(q3kScale(blk[96:108], k)-32)
+			}
+		}
+		sum += dotQ3KAVX2(&src[b0*110], &x[b0*256], &sc[0], n)
+	}
+	return sum
+}
+
+// dotQ3KGo is dotQ3K in plain Go (the reference of the assembly).
+func dotQ3KGo(t *Tensor, r int, x []float32) float32 {
 	src := t.rowData(r)
 	var sum float32
 	for b := 0; b < t.Cols/256; b++ {

@@ -80,8 +80,34 @@ func dequantizeQ6K(blocks []byte, _, _ float32, out []float32) {
 	}
 }
 
-// dotQ6K is Σ sub-blocks d*sc*Σ (q-32)*x on the packed bytes.
+// dotQ6K is Σ sub-blocks d*sc*Σ (q-32)*x on the packed bytes: by the AVX2
+// assembly where there is one, the scales decoded here a chunk of
+// super-blocks at a time.
 func dotQ6K(t *Tensor, r int, x []float32) float32 {
+	nb := t.Cols / 256
+	if !haveAVX2 || nb == 0 {
+		return dotQ6KGo(t, r, x)
+	}
+	src := t.rowData(r)
+	_ = x[nb*256-1] // the assembly reads this far
+	var sc [16 * kChunk]float32
+	var sum float32
+	for b0 := 0; b0 < nb; b0 += kChunk {
+		n := min(kChunk, nb-b0)
+		for b := range n {
+			blk := src[(b0+b)*210 : (b0+b+1)*210]
+			d := f16At(blk[208:])
+			for k := range 16 {
+				sc[16*b+k] = d * float32(int8(blk[192+k]))
+			}
+		}
+		sum += dotQ6KAVX2(&src[b0*210], &x[b0*256], &sc[0], n)
+	}
+	return sum
+}
+
+// dotQ6KGo is dotQ6K in plain Go (the reference of the assembly).
+func dotQ6KGo(t *Tensor, r int, x []float32) float32 {
 	src := t.rowData(r)
 	var sum float32
 	for b := 0; b < t.Cols/256; b++ {

@@ -450,7 +450,7 @@ func FuzzQuantizeDot(f *testing.F) {
 func BenchmarkQuantize(b *testing.B) {
 	r := rand.New(rand.NewPCG(9, 9))
 	w := heavy(r, 2048*2048)
-	for _, f := range allFormats {
+	for _, f := range append(slices.Clone(allFormats), blockFormats...) {
 		b.Run(string(f), func(b *testing.B) {
 			b.SetBytes(int64(len(w)) * 4)
 			for i := 0; i < b.N; i++ {

@@ -8,3 +8,18 @@ var haveAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 
 //go:noescape
 func asymCodesAVX2(w *float32, n int, m, inv, top float32, codes *int32) (sq, sqq int32, sqw float32)
+
+//go:noescape
+func dotQ4KAVX2(q *byte, x *float32, sc, mn *float32, n int) float32
+
+//go:noescape
+func dotQ6KAVX2(q *byte, x *float32, sc *float32, n int) float32
+
+//go:noescape
+func dotQ5KAVX2(q *byte, x *float32, sc, mn *float32, n int) float32
+
+//go:noescape
+func dotQ2KAVX2(q *byte, x *float32, sc, mn *float32, n int) float32
+
+//go:noescape
+func dotQ3KAVX2(q *byte, x *float32, sc *float32, n int) float32

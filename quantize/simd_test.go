@@ -1,6 +1,7 @@
 package quantize
 
 import (
+	"lowbit/half"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -40,6 +41,48 @@ func TestAsymCodesSIMD(t *testing.T) {
 				if !slices.Equal(fast, slow) || got.sq != want.sq || got.sqq != want.sqq ||
 					math.Abs(got.sqw-want.sqw) > 1e-6*mag+1e-9 {
 					t.Fatalf("n %d levels %d: codes %v sums %+v; Go %v %+v", n, levels, fast, got, slow, want)
+				}
+			}
+		}
+	}
+}
+
+// TestBlockDotsSIMD holds the K formats' assembly products to their
+// plain-Go loops on random blocks (every code and sub-block scale), up to
+// float32 rounding: the assembly adds in another order.
+func TestBlockDotsSIMD(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2 and FMA here: the plain-Go loops are the only ones")
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, tc := range []struct {
+		f     Format
+		goDot func(*Tensor, int, []float32) float32
+	}{{Q2K, dotQ2KGo}, {Q3K, dotQ3KGo}, {Q4K, dotQ4KGo}, {Q5K, dotQ5KGo}, {Q6K, dotQ6KGo}} {
+		s := tc.f.spec()
+		for _, nb := range []int{1, 3, kChunk, kChunk + 1, 2*kChunk + 5} {
+			q := &Tensor{Format: tc.f, Rows: 2, Cols: nb * 256, GroupSize: 256, Data: make([]byte, 2*nb*s.BlockBytes)}
+			for i := range q.Data {
+				q.Data[i] = byte(rng.IntN(256))
+			}
+			for b := 0; b < 2*nb; b++ {
+				for _, off := range s.halves {
+					putF16(q.Data[b*s.BlockBytes+off:], half.FromFloat32(float32(rng.NormFloat64())))
+				}
+			}
+			x := make([]float32, q.Cols)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+			deq := q.Dequantize()
+			for row := range 2 {
+				var mag float64 // Σ|w·x|: the scale of float32 rounding
+				for c, v := range x {
+					mag += math.Abs(float64(deq[row*q.Cols+c]) * float64(v))
+				}
+				got, want := q.Dot(row, x), tc.goDot(q, row, x)
+				if math.Abs(float64(got-want)) > 1e-5*mag {
+					t.Errorf("%s, %d super-blocks, row %d: assembly %v, Go %v", tc.f, nb, row, got, want)
 				}
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -35,10 +36,13 @@ type showJSON struct {
 
 // formatsJSON are the storage formats of a converted model's weights.
 type formatsJSON struct {
-	Linear         string `json:"linear"`
-	LinearGroup    int    `json:"linear_group_size,omitempty"`
-	Embedding      string `json:"embedding"`
-	EmbeddingGroup int    `json:"embedding_group_size,omitempty"`
+	Linear      string `json:"linear"`
+	LinearGroup int    `json:"linear_group_size,omitempty"`
+	// LinearFallback counts the linear weights stored in another format
+	// than Linear (a block format's fallback), by that format.
+	LinearFallback map[string]int `json:"linear_fallback,omitempty"`
+	Embedding      string         `json:"embedding"`
+	EmbeddingGroup int            `json:"embedding_group_size,omitempty"`
 	// Head is empty when the head is tied to the embeddings.
 	Head      string `json:"head,omitempty"`
 	HeadGroup int    `json:"head_group_size,omitempty"`
@@ -134,6 +138,13 @@ func describeModel(name, dir string, models store.Store) (showJSON, error) {
 			f.Embedding, f.EmbeddingGroup = t.Format, t.GroupSize
 		case model.RoleOutput:
 			f.Head, f.HeadGroup, f.HeadTied = t.Format, t.GroupSize, false
+		case model.RoleLinear:
+			if t.FallbackFrom != "" {
+				if f.LinearFallback == nil {
+					f.LinearFallback = map[string]int{}
+				}
+				f.LinearFallback[t.Format]++
+			}
 		}
 	}
 	if f.HeadTied {
@@ -162,8 +173,12 @@ func printShow(w io.Writer, r showJSON) error {
 	if !f.HeadTied {
 		head = formatGroup(f.Head, f.HeadGroup)
 	}
+	linear := formatGroup(f.Linear, f.LinearGroup)
+	for _, fb := range slices.Sorted(maps.Keys(f.LinearFallback)) {
+		linear += fmt.Sprintf(" (%d as %s: rows not whole blocks)", f.LinearFallback[fb], fb)
+	}
 	lines = append(lines,
-		[2]string{"formats", fmt.Sprintf("linear %s, embeddings %s, head %s", formatGroup(f.Linear, f.LinearGroup), formatGroup(f.Embedding, f.EmbeddingGroup), head)},
+		[2]string{"formats", fmt.Sprintf("linear %s, embeddings %s, head %s", linear, formatGroup(f.Embedding, f.EmbeddingGroup), head)},
 		[2]string{"parameters", fmt.Sprintf("%d (%s)", s.Parameters, humanCount(s.Parameters))},
 		[2]string{"size", fmt.Sprintf("%s on disk (source %s), %.2f bits/weight", humanBytes(r.SizeOnDisk), humanBytes(s.SourceBytes), s.BitsPerWeight)},
 		[2]string{"error", fmt.Sprintf("relative L2 mean %.4f, max %.4f (%s)", s.MeanRelL2Error, s.MaxRelL2Error, s.MaxErrorTensor)},

@@ -455,3 +455,23 @@ func TestRm(t *testing.T) {
 		}
 	}
 }
+
+// TestShowFallback: a model converted to a block format whose rows are
+// not whole blocks shows how many linear weights took the fallback.
+func TestShowFallback(t *testing.T) {
+	storeEnv(t)
+	out, _, err := runIn(t, "", "convert", "demo", "--bits", "q4k", "--quiet", "--no-validate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "note: model.layers.0.mlp.down_proj.weight") || !strings.Contains(out, "not whole 256-weight blocks of q4k; stored as q4") {
+		t.Errorf("convert output lacks the fallback notes:\n%s", out)
+	}
+	out, _, err = runIn(t, "", "show", "demo-q4k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "linear q4k (35 as q4: rows not whole blocks), embeddings q8 (group 128)") {
+		t.Errorf("show:\n%s", out)
+	}
+}
