@@ -76,7 +76,7 @@ func TestProvenanceRefuses(t *testing.T) {
 	}{
 		{[]gguf.KV{kv(ggufVersion, uint32(1))}, ggufVersion},
 		{[]gguf.KV{version, kv(ggufGroupSize, "32")}, ggufGroupSize},
-		{[]gguf.KV{version, kv(ggufGroupSize, uint64(1 << 40))}, "not a group size"},
+		{[]gguf.KV{version, kv(ggufGroupSize, uint64(1<<40))}, "not a group size"},
 		{[]gguf.KV{version, kv(ggufStatus, "MAYBE")}, "MAYBE"},
 		{[]gguf.KV{version, kv(ggufStatus, "PASS"), kv(ggufKLDMean, "low")}, ggufKLDMean},
 		{[]gguf.KV{version, kv(ggufRequantized, "x")}, ggufRequantized},
