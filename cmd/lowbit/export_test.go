@@ -81,3 +81,28 @@ func TestGGUFCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateGGUFRepoReference validates a GGUF file against a reference
+// given as a Hub repo id, found in the HF cache (never downloaded).
+func TestValidateGGUFRepoReference(t *testing.T) {
+	_, cache := storeEnv(t)
+	snaps := cacheRepos(t, cache, "org/tiny")
+	file := filepath.Join(t.TempDir(), "tiny.gguf")
+	if out, _, err := runIn(t, "", "convert", snaps["org/tiny"], "--bits", "8", "--format", "gguf", "--out", file, "--no-validate", "--quiet"); err != nil {
+		t.Fatalf("convert: %v\n%s", err, out)
+	}
+	out, _, err := runIn(t, "", "validate", file, "--reference", "org/tiny", "--device", "cpu", "--json")
+	var rep struct {
+		Reference string `json:"reference"`
+		Model     *struct {
+			Format string `json:"format"`
+			Tokens int    `json:"tokens"`
+		} `json:"model"`
+	}
+	if jerr := json.Unmarshal([]byte(out), &rep); jerr != nil || rep.Model == nil || rep.Model.Format != "q8" || rep.Reference != snaps["org/tiny"] {
+		t.Errorf("validate --reference org/tiny: %v (%v)\n%s", err, jerr, out)
+	}
+	if _, _, err := runIn(t, "", "validate", file, "--reference", "org/absent", "--device", "cpu"); err == nil || !strings.Contains(err.Error(), "neither a directory nor a repo in the HF cache") {
+		t.Errorf("an absent repo: %v", err)
+	}
+}
