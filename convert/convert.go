@@ -69,7 +69,9 @@ type Options struct {
 	// Version is lowbit's version, recorded in the manifest.
 	Version string
 
-	f16TensorScale bool // set by runGGUF
+	// forGGUF is set by runGGUF: the model is made to be exported (the
+	// architecture is checked first, tq2's scale rounded to an f16).
+	forGGUF bool
 }
 
 // Fetcher turns a repo id into a local snapshot directory; the hub client
@@ -149,6 +151,11 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	s, err := resolveSettings(opts, cfg)
 	if err != nil {
 		return nil, err
+	}
+	if opts.forGGUF {
+		if _, err := cfg.GGUF(); err != nil {
+			return nil, fmt.Errorf("--format gguf: %s (%s): %w", snap.Dir, cfg.HFArchitecture, err)
+		}
 	}
 	s.bitnetLinearClass = bitnetLinearClass(cfgBytes)
 	set, err := safetensors.OpenDir(snap.Dir)
@@ -310,7 +317,7 @@ func resolveSettings(opts Options, cfg model.Config) (settings, error) {
 		s.groupSize = s.linear.DefaultGroupSize()
 	}
 	s.search = !opts.NoSearch
-	s.f16TensorScale = opts.f16TensorScale
+	s.f16TensorScale = opts.forGGUF
 	s.allowNonFinite = opts.AllowNonFinite
 	s.workers = opts.Workers
 	if s.workers <= 0 {

@@ -172,7 +172,7 @@ func ExportGGUF(ctx context.Context, dir string, opts GGUFOptions) (*GGUFResult,
 		return nil, fmt.Errorf("export: %w", err)
 	}
 	res := &GGUFResult{Path: out, Arch: layout.Arch, Types: map[string]int{}, Notes: append(slices.Clone(layout.Notes), tokNotes...)}
-	tensors, err := planGGUF(d, cfg, layout, opts.Requantize, res)
+	tensors, err := planGGUF(ctx, d, cfg, layout, opts.Requantize, res)
 	if err != nil {
 		return nil, fmt.Errorf("export: %s: %w", dir, err)
 	}
@@ -254,7 +254,7 @@ func validateGGUF(ctx context.Context, dir, out string, opts GGUFOptions) (*vali
 
 // planGGUF lists the file's tensors: the model's, in the order of
 // Config.ExpectedTensors, then the layout's extra ones.
-func planGGUF(d *manifest.Dir, cfg model.Config, layout *model.GGUFLayout, requantize bool, res *GGUFResult) ([]ggufTensor, error) {
+func planGGUF(ctx context.Context, d *manifest.Dir, cfg model.Config, layout *model.GGUFLayout, requantize bool, res *GGUFResult) ([]ggufTensor, error) {
 	var out []ggufTensor
 	var refused, keys []string
 	floats := map[string][]string{} // tensors written as floats, by why
@@ -310,7 +310,7 @@ func planGGUF(d *manifest.Dir, cfg model.Config, layout *model.GGUFLayout, requa
 		}
 		info.Type = typ.typ
 		out = append(out, ggufTensor{info: info, data: func() ([]byte, error) {
-			r, err := requantizeTo(q, typ, exact)
+			r, err := requantizeTo(ctx, q, typ, exact)
 			if err != nil {
 				return nil, err
 			}
@@ -359,7 +359,7 @@ func ggufFit(q *quantize.Tensor) (typ ggufType, exact bool, why string) {
 // requantizeTo is q in the format and group of typ: q itself when it fits
 // exactly, else its dequantized weights quantized again (tq2 keeps its
 // codes and rounds its scale to an f16).
-func requantizeTo(q *quantize.Tensor, typ ggufType, exact bool) (*quantize.Tensor, error) {
+func requantizeTo(ctx context.Context, q *quantize.Tensor, typ ggufType, exact bool) (*quantize.Tensor, error) {
 	if exact {
 		return q, nil
 	}
@@ -368,7 +368,7 @@ func requantizeTo(q *quantize.Tensor, typ ggufType, exact bool) (*quantize.Tenso
 		r.Scale = half.FromFloat32(q.Scale).Float32()
 		return &r, nil
 	}
-	return quantize.Quantize(context.Background(), typ.format, q.Dequantize(), q.Rows, q.Cols, quantize.Options{GroupSize: typ.group, Search: true})
+	return quantize.Quantize(ctx, typ.format, q.Dequantize(), q.Rows, q.Cols, quantize.Options{GroupSize: typ.group, Search: true})
 }
 
 // f16Exact says whether every dequantized weight of q is an f16.
@@ -631,7 +631,7 @@ func runGGUF(ctx context.Context, opts Options) (*Result, error) {
 	}
 	defer os.RemoveAll(tmp)
 	inner := opts
-	inner.GGUF, inner.Force, inner.NPZ, inner.f16TensorScale = false, false, false, true
+	inner.GGUF, inner.Force, inner.NPZ, inner.forGGUF = false, false, false, true
 	inner.Out = filepath.Join(tmp, "model")
 	res, err := Run(ctx, inner)
 	failed := errors.Is(err, ErrValidation)

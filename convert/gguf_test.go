@@ -312,3 +312,55 @@ func TestExportGGUFStories(t *testing.T) {
 		})
 	}
 }
+
+// TestRunGGUF converts straight to GGUF: tq2's scale is made an f16 so
+// TQ2_0 holds it exactly, q1 takes groups of 128, the tables groups of 32,
+// each said in a note; a family llama.cpp computes otherwise is refused
+// before anything is quantized.
+func TestRunGGUF(t *testing.T) {
+	ctx := context.Background()
+	s, _ := ggufSpec(fixture.Llama())
+	s.Hidden, s.Intermediate, s.HeadDim = 256, 512, 64
+	src := filepath.Join(t.TempDir(), "src")
+	if err := s.Write(src); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		bits, typ, note string
+	}{
+		{"ternary", "TQ2_0", "groups of 32"},
+		{"1", "Q1_0", "groups of 128"},
+	} {
+		t.Run(c.bits, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "m.gguf")
+			res, err := Run(ctx, Options{Source: src, Out: out, Bits: c.bits, GGUF: true, NoValidate: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := res.GGUF
+			if res.OutDir != out || g == nil || g.Types[c.typ] != 7*s.Layers || len(g.Requantized) > 0 || !strings.Contains(strings.Join(res.Notes, "\n"), c.note) {
+				t.Fatalf("result %+v, gguf %+v", res, g)
+			}
+			entries, _ := os.ReadDir(filepath.Dir(out))
+			if len(entries) != 1 {
+				t.Errorf("beside the file: %v (the temporary lowbit directory should be gone)", entries)
+			}
+			if _, err := model.Load(ctx, out, model.LoadOptions{}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	b := fixture.Llama()
+	b.Arch = "BitNetForCausalLM"
+	bsrc := filepath.Join(t.TempDir(), "bitnet")
+	if err := b.Write(bsrc); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "b.gguf")
+	if _, err := Run(ctx, Options{Source: bsrc, Out: out, GGUF: true, NoValidate: true}); err == nil || !strings.Contains(err.Error(), "SiLU") {
+		t.Errorf("bitnet to GGUF: %v", err)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("a refused conversion left %s", out)
+	}
+}

@@ -681,6 +681,9 @@ func FuzzGGUFModel(f *testing.F) {
 		}
 		f.Add(b)
 	}
+	for _, b := range ggufFamilySeeds(f) {
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		file, err := gguf.Read(bytes.NewReader(b), int64(len(b)))
 		if err != nil {
