@@ -138,14 +138,15 @@ serve() {
 		python3 -c "
 import torch, transformers as t
 c = t.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
-    num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048, rms_norm_eps=1e-5,
+    num_key_value_heads=4, vocab_size=32000, max_position_embeddings=4096, rms_norm_eps=1e-5,
     rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
 torch.manual_seed(0)
 t.LlamaForCausalLM(c).to(torch.float16).save_pretrained('$m')
 " >"$OUT/serve-model.log" 2>&1 || { tail -5 "$OUT/serve-model.log"; return; }
-		cp shared/models/llama2-tokenizer/hf-tinyllama-1.1b-chat-v1.0/* $m/
+		cp ${TOKDIR:-shared/models/llama2-tokenizer/hf-tinyllama-1.1b-chat-v1.0}/* $m/
 		"$BIN/lowbit" convert $m --bits 4 --out $m-q4 --no-validate -q >>"$OUT/serve-model.log" 2>&1 || { tail -5 "$OUT/serve-model.log"; return; }
 	fi
+	[ -n "${SERVE_MODEL_ONLY:-}" ] && return
 	for i in 1 2 3; do
 		"$BIN/lowbit" run $m-q4 "Once upon a time" -n 512 --temp 0 --device cuda --json -q |
 			grep -E '"(generated_tokens|gen_tokens_per_sec)"' | tr -d ' \n' | sed 's/^/run: /' | tee -a "$OUT/summary.txt"
@@ -207,6 +208,23 @@ batched() {
 	for sh in tinyllama llama2-7b; do
 		"$BIN/lowbit" bench --shape $sh --bits 4 -p 0 -n 128 -d 128 -b 1,8,32,64 -r 2 --device cuda -q 2>&1 | grep -E '^\|' | tee -a "$OUT/summary.txt"
 	done
+}
+
+# parallel: lowbit serve --parallel 64 on a TinyLlama-shaped q4 model of
+# random weights (as serve makes it), 64 clients at once, prompts of 128
+# to 1024 words, 256 tokens each (issue 27's load).
+parallel() {
+	local m=/tmp/tinyllama-rand port=8090
+	[ -d $m-q4 ] || { SERVE_MODEL_ONLY=1 serve; }
+	"$BIN/lowbit" serve $m-q4 --device cuda --port $port --parallel 64 --ctx 4096 -q --json 2>"$OUT/parallel.log" &
+	local pid=$!
+	for _ in $(seq 120); do "$BIN/lowbit" loadtest http://127.0.0.1:$port -n 1 -c 1 --max-tokens 1 >/dev/null 2>&1 && break; sleep 1; done
+	"$BIN/lowbit" loadtest http://127.0.0.1:$port -n 64 -c 64 --prompt-words 128 --prompt-words-max 1024 --max-tokens 256 --ignore-eos >"$OUT/load-parallel.txt" 2>&1
+	"$BIN/lowbit" loadtest http://127.0.0.1:$port -n 64 -c 64 --prompt-words 128 --prompt-words-max 1024 --max-tokens 256 --ignore-eos --json >"$OUT/load-parallel.json" 2>&1
+	kill -TERM $pid
+	wait $pid
+	log "parallel serve exit $?"
+	cat "$OUT/load-parallel.txt" | tee -a "$OUT/summary.txt"
 }
 
 # kernels: lowbit validate --kernels on the GPU.
