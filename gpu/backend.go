@@ -557,7 +557,12 @@ func (b *Backend) Step(ctx context.Context, st *model.Step, pass func() error) (
 		b.setSteps(st.Seqs)
 		var err error
 		if graph {
-			err = b.replay(st.Key, full)
+			key := st.Key
+			if len(st.Seqs) > 1 {
+				// one graph for each number of sequences
+				key = batchGraph{st.Key, len(st.Seqs)}
+			}
+			err = b.replay(key, full)
 		} else {
 			err = full()
 		}
@@ -633,6 +638,12 @@ func (b *Backend) Step(ctx context.Context, st *model.Step, pass func() error) (
 		}
 	}
 	return res, b.run(nil)
+}
+
+// batchGraph names the graph of a batch step of n decode tokens.
+type batchGraph struct {
+	key any
+	n   int
 }
 
 // oneEach says every sequence of a step has one token.
