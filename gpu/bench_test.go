@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"lowbit/half"
+	"lowbit/model"
 	"lowbit/quantize"
 )
 
@@ -279,5 +280,67 @@ func BenchmarkMatMul(b *testing.B) {
 				b.ReportMetric(2*float64(sh.rows)*float64(sh.cols)*n/(ms*1e-3)/1e12, "TFLOP/s")
 			})
 		}
+	}
+}
+
+// BenchmarkDraw times a sampled step's tail on the device, over a
+// vocabulary of Llama-2's 32,000 logits: the top-k candidates alone, and
+// the whole draw (candidates and pick; with the penalty's copy and pass),
+// per token.
+func BenchmarkDraw(b *testing.B) {
+	d := openOrSkip(b)
+	be, err := NewBackend(d, 8)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	const n = 32000
+	r := rand.New(rand.NewPCG(11, 12))
+	x := gaussian(r, n)
+	for _, c := range []struct {
+		name string
+		o    model.SamplerOptions
+	}{
+		{"topk40", model.SamplerOptions{Temperature: 0.8, TopK: 40, TopP: 0.9}},
+		{"topp", model.SamplerOptions{Temperature: 0.8, TopP: 0.9}},
+		{"penalty", model.SamplerOptions{Temperature: 0.8, TopK: 40, TopP: 0.9, RepeatPenalty: 1.1, RepeatLastN: 64}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			dr := &model.Draw{Options: c.o}
+			if c.o.RepeatPenalty > 0 {
+				dr.Recent = make([]int, 64)
+			}
+			p, _ := planDraw(dr, n)
+			var topk, all float64
+			err := be.run(func() error {
+				xb, err := d.uploadNew(bytesOf(x), 0, MemScratch)
+				if err != nil {
+					return err
+				}
+				defer d.free(xb)
+				if err := be.drawBuffers(p, n); err != nil {
+					return err
+				}
+				if err := be.setDraw(dr); err != nil {
+					return err
+				}
+				tk := func() error { return d.topK(xb, n, p.k, c.o.Temperature, be.draws.cands) }
+				dw := func() error { return be.launchDraw(xb, n, dr, p, false) }
+				if _, err := d.timeIt(3, dw); err != nil {
+					return err
+				}
+				b.ResetTimer()
+				if topk, err = d.timeIt(b.N, tk); err != nil {
+					return err
+				}
+				all, err = d.timeIt(b.N, dw)
+				return err
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(topk*1e3, "us/topk")
+			b.ReportMetric(all*1e3, "us/draw")
+		})
 	}
 }
