@@ -299,7 +299,8 @@ func TestBlockMatMulBlas(t *testing.T) {
 // norms, gates and adds apart); and, for q4k, a 70-token prompt in one
 // chunk through cuBLAS and through the tiled kernel. "q4k-mix" is
 // llama.cpp's Q4_K_M pattern: q4k linears, a q4k embedding table (widened
-// on the device) and a q6k head. Logits agree within 1e-3.
+// on the device) and a q6k head. Logits agree within 1e-3, or 5e-3 after a
+// prompt through cuBLAS (fp16 GEMM inputs, as TestBackendLongPrompt).
 func TestBackendBlockFormats(t *testing.T) {
 	d := openOrSkip(t)
 	ctx := context.Background()
@@ -333,7 +334,7 @@ func TestBackendBlockFormats(t *testing.T) {
 		{"q2k", quantize.Q2K, false, false, true},
 		{"q3k", quantize.Q3K, false, false, true},
 		{"q4k-mix", quantize.Q4K, true, false, true},
-		{"q4k-mix-long-cublas", quantize.Q4K, true, true, true},
+		{"q4k-mix-long-cublas", quantize.Q4K, true, true, true}, // 5e-3 below
 		{"q4k-mix-long-tiled", quantize.Q4K, true, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -361,7 +362,11 @@ func TestBackendBlockFormats(t *testing.T) {
 				t.Fatal(err)
 			}
 			gs, _ := newGPUSession(t, d, m, 128, batch)
-			worst := matchCPU(t, m, cpu, gs, p, 12, 1e-3)
+			limit := 1e-3
+			if tc.long && tc.blasOn {
+				limit = 5e-3
+			}
+			worst := matchCPU(t, m, cpu, gs, p, 12, limit)
 			t.Logf("%s: worst decode relative L2 %.2g", tc.name, worst)
 		})
 	}
