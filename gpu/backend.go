@@ -58,10 +58,10 @@ type Backend struct {
 	// sequence at a time (a head layout attn_decode does not take): such
 	// steps then run directly, as a graph would keep their slots.
 	batchDirect bool
-	maxStep        int
-	n              int // tokens of the current step
-	first          int // position of the step's first token
-	slot           int // cache slot of the step's sequence
+	maxStep     int
+	n           int // tokens of the current step
+	first       int // position of the step's first token
+	slot        int // cache slot of the step's sequence
 	// seqs are the step's sequences where it has several (their tokens'
 	// rows in order); nil for one.
 	seqs []stepSeq

@@ -27,7 +27,8 @@ var benchShapes = []struct {
 // plausible scales: speed does not depend on the values, and quantizing
 // the 7B shapes on the CPU would dominate the benchmark's run time. Heads
 // (32000 rows or more) have the groups convert gives them
-// (TableGroupSize), the others the format's default.
+// (TableGroupSize), the others the format's default. A block format's
+// blocks are random bytes, scales included.
 func randomTensor(r *rand.Rand, f quantize.Format, rows, cols int) *quantize.Tensor {
 	t := &quantize.Tensor{Format: f, Rows: rows, Cols: cols, GroupSize: f.DefaultGroupSize(), Scale: 0.02}
 	if rows >= 32000 {
@@ -37,7 +38,7 @@ func randomTensor(r *rand.Rand, f quantize.Format, rows, cols int) *quantize.Ten
 	for i := range t.Data {
 		t.Data[i] = byte(r.Uint32())
 	}
-	if ng := rows * t.Groups(); ng > 0 {
+	if ng := rows * t.Groups(); ng > 0 && !f.Spec().BlockScales {
 		t.Scales = make([]half.Float16, ng)
 		for i := range t.Scales {
 			t.Scales[i] = half.FromFloat32(0.01 + 0.01*r.Float32())
@@ -78,6 +79,9 @@ func BenchmarkMatVec(b *testing.B) {
 		{"q2", quantize.Q2, ActFloat, matvecKernel{}}, {"q1", quantize.Q1, ActFloat, matvecKernel{}},
 		{"q1-bin", quantize.Q1, ActBinary, matvecKernel{}}, {"tq2", quantize.TQ2, ActFloat, matvecKernel{}},
 		{"tq2-a8", quantize.TQ2, ActInt8, matvecKernel{}}, {"tq2-i8", quantize.TQ2, actStagedInt8, matvecKernel{}},
+		{"q4k", quantize.Q4K, ActFloat, matvecKernel{}}, {"q5k", quantize.Q5K, ActFloat, matvecKernel{}},
+		{"q6k", quantize.Q6K, ActFloat, matvecKernel{}}, {"q5_0", quantize.Q5_0, ActFloat, matvecKernel{}},
+		{"q5_1", quantize.Q5_1, ActFloat, matvecKernel{}},
 	}
 	sweep := []variant{}
 	for _, f := range []quantize.Format{quantize.F16, quantize.Q8, quantize.Q4, quantize.Q2} {
@@ -241,7 +245,7 @@ func BenchmarkMatMul(b *testing.B) {
 	r := rand.New(rand.NewPCG(9, 10))
 	const n = 512
 	for _, sh := range benchShapes {
-		for _, f := range []quantize.Format{quantize.F16, quantize.Q8, quantize.Q4, quantize.Q2, quantize.TQ2} {
+		for _, f := range []quantize.Format{quantize.F16, quantize.Q8, quantize.Q4, quantize.Q2, quantize.TQ2, quantize.Q4K, quantize.Q6K} {
 			b.Run(fmt.Sprintf("%s-%dx%d/%s", sh.model, sh.rows, sh.cols, f), func(b *testing.B) {
 				var m *Matrix
 				var err error

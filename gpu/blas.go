@@ -30,10 +30,12 @@ const blasPanelBytes = 64 << 20
 // blasFor returns cuBLAS when a product of m's format over n tokens with
 // float activations should use it, loading the library on first use
 // (device thread). Float32 weights keep lowbit's kernel; ternary ones take
-// int8 activations (matmulI8).
+// int8 activations (matmulI8); the block formats' panels are dequantized
+// from their blocks as the others' are (dequant_f16_<fmt>).
 func (d *Device) blasFor(m *Matrix, n int) *cuda.BLAS {
-	switch m.Format {
-	case quantize.F16, quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1:
+	switch {
+	case m.Format == quantize.F16, m.Format == quantize.Q8, m.Format == quantize.Q4, m.Format == quantize.Q2,
+		m.Format == quantize.Q1, m.Format.Spec().BlockScales:
 		return d.blasLoaded(n)
 	}
 	return nil

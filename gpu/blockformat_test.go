@@ -1,18 +1,373 @@
 package gpu
 
 import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
 
+	"lowbit/half"
+	"lowbit/model"
 	"lowbit/quantize"
 )
 
-// TestUploadRefusesBlockFormats: GGUF's block formats have no kernels yet,
-// and an upload says so, naming the format, before the device is touched.
-func TestUploadRefusesBlockFormats(t *testing.T) {
-	q := &quantize.Tensor{Format: quantize.Q4K, Rows: 1, Cols: 256, GroupSize: 256, Data: make([]byte, 144)}
-	var d Device
-	if _, err := d.Upload(q); err == nil || !strings.Contains(err.Error(), "q4k (a GGUF block format) has no GPU kernels") {
-		t.Fatalf("err %v", err)
+// blockFormats are GGUF's block formats (quantize.Spec.BlockScales), which
+// the GPU runs from their blocks as they are.
+var blockFormats = []quantize.Format{quantize.Q5_0, quantize.Q5_1, quantize.Q2K, quantize.Q3K, quantize.Q4K, quantize.Q5K, quantize.Q6K}
+
+// blockHalves are the byte offsets of each block format's fp16 fields in its
+// block (ARCHITECTURE.md's layouts), which randomBlockTensor keeps finite.
+var blockHalves = map[quantize.Format][]int{
+	quantize.Q5_0: {0}, quantize.Q5_1: {0, 2}, quantize.Q2K: {80, 82}, quantize.Q3K: {108},
+	quantize.Q4K: {0, 2}, quantize.Q5K: {0, 2}, quantize.Q6K: {208},
+}
+
+// studentT draws n Student-t values of 3 degrees of freedom: heavy tailed,
+// as trained weights are.
+func studentT(r *rand.Rand, n int) []float32 {
+	w := make([]float32, n)
+	for i := range w {
+		var chi float64
+		for range 3 {
+			g := r.NormFloat64()
+			chi += g * g
+		}
+		w[i] = float32(r.NormFloat64() / math.Sqrt(chi/3))
+	}
+	return w
+}
+
+// randomBlockTensor is a [rows, cols] tensor of format f whose blocks are
+// random bytes, so every bit of the codes and sub-block scales takes both
+// values somewhere, with finite fp16 fields (CheckBlocks holds them so).
+func randomBlockTensor(t *testing.T, r *rand.Rand, f quantize.Format, rows, cols int) *quantize.Tensor {
+	t.Helper()
+	s := f.Spec()
+	q := &quantize.Tensor{Format: f, Rows: rows, Cols: cols, GroupSize: s.Block}
+	q.Data = make([]byte, rows*q.RowBytes())
+	for i := range q.Data {
+		q.Data[i] = byte(r.Uint32())
+	}
+	for b := 0; b < len(q.Data); b += s.BlockBytes {
+		for _, off := range blockHalves[f] {
+			binary.LittleEndian.PutUint16(q.Data[b+off:], uint16(half.FromFloat32(float32(r.Float64()-0.3)*0.05)))
+		}
+	}
+	if err := q.CheckBlocks(); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// namedTensor is a test input.
+type namedTensor struct {
+	name string
+	q    *quantize.Tensor
+}
+
+// blockTensors are the inputs of the block-format tests: Student-t weights
+// quantized, and random blocks.
+func blockTensors(t *testing.T, r *rand.Rand, f quantize.Format, rows, cols int) []namedTensor {
+	t.Helper()
+	q, err := quantize.Quantize(context.Background(), f, studentT(r, rows*cols), rows, cols, quantize.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []namedTensor{{"student-t", q}, {"random-blocks", randomBlockTensor(t, r, f, rows, cols)}}
+}
+
+// TestBlockFormatKernelChoice: a block format's decode product takes the
+// plain kernel (matvec_blk) whatever kernel is forced, fuses nothing (so
+// Linear runs the norm, the product, the gate and the add apart), and 2 to
+// 64 tokens take the batch kernel.
+func TestBlockFormatKernelChoice(t *testing.T) {
+	d := &Device{maxShared: 227 << 10}
+	for _, f := range blockFormats {
+		for _, sh := range []struct{ rows, cols int }{{4096, 4096}, {2048, 5632}, {32000, 2048}, {11264, 2048}} {
+			qt := &quantize.Tensor{Format: f, Rows: sh.rows, Cols: sh.cols, GroupSize: f.Spec().Block}
+			m := &Matrix{Format: f, Rows: sh.rows, Cols: sh.cols, GroupSize: qt.GroupSize, rowBytes: qt.RowBytes()}
+			for _, mode := range append([]matvecKernel{{}, matvecPlain, matvecFlat}, matvecKernels...) {
+				d.matvecMode = mode
+				for _, o := range []matvecOpts{{act: -1}, {act: -1, accum: true}, {act: -1, gated: true}, {act: 0}} {
+					if k := d.kernelFor(m, o); k != matvecPlain {
+						t.Errorf("%s [%d, %d], forced %s: kernel %s, want plain", f, sh.rows, sh.cols, mode, k)
+					}
+					if o.fused() && d.canFuse(m, o) {
+						t.Errorf("%s [%d, %d], forced %s: fuses %+v", f, sh.rows, sh.cols, mode, o)
+					}
+				}
+				if got, want := matvecPlain.name(m, false), fmt.Sprintf("matvec_%s_%d", f, threadsFor(sh.cols/32)); got != want {
+					t.Errorf("%s [%d, %d]: plain kernel %s, want %s", f, sh.rows, sh.cols, got, want)
+				}
+			}
+			d.matvecMode = matvecKernel{}
+			for n, want := range map[int]bool{1: false, 2: true, 9: true, 64: true, 65: false} {
+				name, ok := batchKernel(m, n)
+				if ok != want || (ok && name != "matvec_batch_"+string(f)) {
+					t.Errorf("%s, %d tokens: batch kernel %q %v, want %v", f, n, name, ok, want)
+				}
+			}
+		}
+	}
+}
+
+// TestBlockKernelsBuilt checks that every kernel the host may launch for a
+// block format is in the PTX of both architectures: the plain decode
+// kernels, the batch kernel, the tiled matmul and the fp16 panel
+// dequantizer for cuBLAS.
+func TestBlockKernelsBuilt(t *testing.T) {
+	exp, err := readExperiments()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, arch := range []string{"sm80", "sm90"} {
+		entries := map[string]bool{}
+		for _, fam := range []string{"matvec", "matmul"} {
+			ptx, err := readPTX(fam, arch, exp.ptxDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range regexp.MustCompile(`\.entry ([A-Za-z0-9_]+)\(`).FindAllStringSubmatch(string(ptx), -1) {
+				entries[m[1]] = true
+			}
+		}
+		for _, f := range blockFormats {
+			want := []string{"matvec_batch_" + string(f), "matmul_" + string(f), "dequant_f16_" + string(f)}
+			for _, nt := range []int{32, 64, 128} {
+				want = append(want, fmt.Sprintf("matvec_%s_%d", f, nt))
+			}
+			for _, name := range want {
+				if !entries[name] {
+					t.Errorf("%s: the %s PTX has no kernel %s (run `make kernels` on the GPU machine)", f, arch, name)
+				}
+			}
+		}
+	}
+}
+
+// blockShapes are [rows, cols] of whole 256-weight blocks: rows of 16, 24,
+// 64 and 176 32-weight units (one to two passes of the plain kernel's 32,
+// 64 or 128 threads), row counts that are and are not multiples of its 4
+// rows a block.
+var blockShapes = []struct{ rows, cols int }{{96, 512}, {7, 768}, {300, 2048}, {33, 5632}}
+
+// TestBlockMatVec checks the decode product of every block format against
+// quantize's float64 reference (DotRef) on quantized Student-t weights and
+// on random blocks, with every kernel mode forced (all give the plain
+// kernel's result).
+func TestBlockMatVec(t *testing.T) {
+	d := openOrSkip(t)
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, sh := range blockShapes {
+		x := gaussian(r, sh.cols)
+		xf := f64(x)
+		for _, f := range blockFormats {
+			for _, in := range blockTensors(t, r, f, sh.rows, sh.cols) {
+				qt := in.q
+				t.Run(fmt.Sprintf("%s/%dx%d/%s", f, sh.rows, sh.cols, in.name), func(t *testing.T) {
+					m, err := d.Upload(qt)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer d.FreeMatrix(m)
+					if m.Bytes() != int64(len(qt.Data)) {
+						t.Errorf("matrix reads %d bytes, its tensor has %d", m.Bytes(), len(qt.Data))
+					}
+					ref := make([]float64, sh.rows)
+					for i := range ref {
+						ref[i] = qt.DotRef(i, xf)
+					}
+					y, err := d.MatVecAct(m, x, ActFloat)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if e := relL2(ref, y); e > 1e-5 {
+						t.Errorf("relative L2 %.3g", e)
+					}
+					for _, k := range append([]matvecKernel{matvecPlain}, matvecKernels...) {
+						d.do(func() error { d.matvecMode = k; return nil })
+						yk, err := d.MatVecAct(m, x, ActFloat)
+						d.do(func() error { d.matvecMode = matvecKernel{}; return nil })
+						if err != nil {
+							t.Fatalf("forced %s: %v", k, err)
+						}
+						for i := range y {
+							if yk[i] != y[i] {
+								t.Fatalf("forced %s: y[%d] = %v, the chosen kernel's %v", k, i, yk[i], y[i])
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// productRef is X[n, cols] W^T in float64 over W's dequantized weights.
+func productRef(w []float32, x []float32, rows, cols, n int) []float64 {
+	ref := make([]float64, n*rows)
+	for tok := 0; tok < n; tok++ {
+		xr := x[tok*cols : (tok+1)*cols]
+		for i := 0; i < rows; i++ {
+			var s float64
+			for c, wv := range w[i*cols : (i+1)*cols] {
+				s += float64(wv) * float64(xr[c])
+			}
+			ref[tok*rows+i] = s
+		}
+	}
+	return ref
+}
+
+// TestBlockMatMul checks several tokens' products of every block format
+// against float64 over the dequantized weights: 2 to 64 tokens on the
+// batch kernel, more on the tiled fp32 kernel (cuBLAS off here;
+// TestBlockMatMulBlas has it).
+func TestBlockMatMul(t *testing.T) {
+	d := openOrSkip(t)
+	d.do(func() error { d.blasOff = true; return nil })
+	r := rand.New(rand.NewPCG(43, 44))
+	for _, sh := range []struct{ rows, cols int }{{96, 512}, {300, 2048}, {7, 768}} {
+		for _, f := range blockFormats {
+			for _, in := range blockTensors(t, r, f, sh.rows, sh.cols) {
+				qt := in.q
+				m, err := d.Upload(qt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				deq := qt.Dequantize()
+				for _, n := range []int{2, 9, 64, 70, 128} {
+					t.Run(fmt.Sprintf("%s/%dx%dx%d/%s", f, sh.rows, sh.cols, n, in.name), func(t *testing.T) {
+						x := gaussian(r, n*sh.cols)
+						y, err := d.MatMulMatrix(m, x, n)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if e := relL2(productRef(deq, x, sh.rows, sh.cols, n), y); e > 2e-5 {
+							t.Errorf("relative L2 %.3g", e)
+						}
+					})
+				}
+				d.FreeMatrix(m)
+			}
+		}
+	}
+}
+
+// TestBlockMatMulBlas checks prompts of every block format through cuBLAS
+// (panels dequantized to fp16 from the blocks) against float64 over the
+// dequantized weights, within TestMatMulBlas's 2e-3.
+func TestBlockMatMulBlas(t *testing.T) {
+	d := openOrSkip(t)
+	r := rand.New(rand.NewPCG(45, 46))
+	for _, sh := range []struct{ rows, cols, n int }{{300, 2048, 70}, {96, 512, 128}} {
+		for _, f := range blockFormats {
+			t.Run(fmt.Sprintf("%s/%dx%dx%d", f, sh.rows, sh.cols, sh.n), func(t *testing.T) {
+				qt := blockTensors(t, r, f, sh.rows, sh.cols)[0].q
+				m, err := d.Upload(qt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer d.FreeMatrix(m)
+				x := gaussian(r, sh.n*sh.cols)
+				y, err := d.MatMulMatrix(m, x, sh.n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s := d.BlasStatus(); !strings.HasPrefix(s, "cuBLAS: ") || strings.HasPrefix(s, "cuBLAS: not") {
+					t.Fatalf("cuBLAS not used: %s", s)
+				}
+				if e := relL2(productRef(qt.Dequantize(), x, sh.rows, sh.cols, sh.n), y); e > 2e-3 {
+					t.Errorf("relative L2 %.3g", e)
+				}
+			})
+		}
+	}
+}
+
+// TestBackendBlockFormats runs a fixture model whose widths are whole
+// 256-weight blocks with its linear weights in each block format on the
+// GPU and on the CPU, as TestBackendMatchesCPU does: a prompt in chunks of
+// 4 tokens (the batch kernel), then decode steps (the plain kernel, the
+// norms, gates and adds apart); and, for q4k, a 70-token prompt in one
+// chunk through cuBLAS and through the tiled kernel. "q4k-mix" is
+// llama.cpp's Q4_K_M pattern: q4k linears, a q4k embedding table (widened
+// on the device) and a q6k head. Logits agree within 1e-3, or 5e-3 after a
+// prompt through cuBLAS (fp16 GEMM inputs, as TestBackendLongPrompt).
+func TestBackendBlockFormats(t *testing.T) {
+	d := openOrSkip(t)
+	ctx := context.Background()
+	mix := func(t *testing.T, m *model.Model) {
+		for name, f := range map[string]quantize.Format{"model.embed_tokens.weight": quantize.Q4K, "lm_head.weight": quantize.Q6K} {
+			w := m.Weights[name]
+			q, err := quantize.Quantize(ctx, f, w.F32, w.Rows, w.Cols, quantize.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.Weights[name] = model.QuantWeight(q)
+		}
+	}
+	prompt := make([]int, 70)
+	r := rand.New(rand.NewPCG(47, 48))
+	for i := range prompt {
+		prompt[i] = r.IntN(wideSpec("LlamaForCausalLM").Vocab)
+	}
+	for _, tc := range []struct {
+		name   string
+		f      quantize.Format
+		mix    bool
+		long   bool
+		blasOn bool
+	}{
+		{"q4k", quantize.Q4K, false, false, true},
+		{"q6k", quantize.Q6K, false, false, true},
+		{"q5k", quantize.Q5K, false, false, true},
+		{"q5_0", quantize.Q5_0, false, false, true},
+		{"q5_1", quantize.Q5_1, false, false, true},
+		{"q2k", quantize.Q2K, false, false, true},
+		{"q3k", quantize.Q3K, false, false, true},
+		{"q4k-mix", quantize.Q4K, true, false, true},
+		{"q4k-mix-long-cublas", quantize.Q4K, true, true, true}, // 5e-3 below
+		{"q4k-mix-long-tiled", quantize.Q4K, true, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := wideSpec("LlamaForCausalLM")
+			m := fixtureModel(t, spec, quantize.F32)
+			if tc.mix {
+				mix(t, m)
+			}
+			if err := m.Quantize(ctx, tc.f, quantize.Options{}, 0); err != nil {
+				t.Fatal(err)
+			}
+			for name, w := range m.Weights {
+				if m.Config.TensorRole(name) == model.RoleLinear && w.Format() != tc.f {
+					t.Fatalf("%s is %s, not %s", name, w.Format(), tc.f)
+				}
+			}
+			d.do(func() error { d.blasOff = !tc.blasOn; return nil })
+			defer d.do(func() error { d.blasOff = false; return nil })
+			batch, p := 4, []int{1, 5, 9, 17, 33, 2, 70}
+			if tc.long {
+				batch, p = 128, prompt
+			}
+			cpu, err := m.NewSession(model.SessionOptions{Context: 128, Batch: batch})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gs, _ := newGPUSession(t, d, m, 128, batch)
+			limit := 1e-3
+			if tc.long && tc.blasOn {
+				limit = 5e-3
+			}
+			worst := matchCPU(t, m, cpu, gs, p, 12, limit)
+			t.Logf("%s: worst decode relative L2 %.2g", tc.name, worst)
+		})
 	}
 }

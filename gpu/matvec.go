@@ -9,7 +9,9 @@ import (
 )
 
 // Matrix is a weight matrix resident on the device, in one of the formats
-// of package quantize (float ones included).
+// of package quantize (float ones included). A block format's (GGUF's
+// layouts, quantize.Spec.BlockScales) is its blocks alone, scales inside:
+// no scales or mins buffers, GroupSize its block.
 type Matrix struct {
 	Format       quantize.Format
 	Rows, Cols   int
@@ -29,7 +31,8 @@ type Matrix struct {
 // and minimums (the weight bytes of the roofline).
 func (m *Matrix) Bytes() int64 { return m.packed + m.scaleSz }
 
-// blocks is the number of 32-weight blocks per row.
+// blocks is the number of 32-weight blocks per row (a block format's
+// 32-weight units: its rows are whole blocks of 32 or 256 weights).
 func (m *Matrix) blocks() int { return (m.Cols + 31) / 32 }
 
 // groupBlocks is the number of 32-weight blocks sharing a scale (1 for
@@ -44,13 +47,12 @@ func (m *Matrix) groups() int {
 	return (m.Cols + m.GroupSize - 1) / m.GroupSize
 }
 
-// Upload copies a quantized tensor to the device.
+// Upload copies a quantized tensor to the device: its packed codes, and
+// its scales and minimums where it has them apart (a block format's are
+// in its blocks, copied as they are).
 func (d *Device) Upload(t *quantize.Tensor) (*Matrix, error) {
 	if err := t.Validate(); err != nil {
 		return nil, fmt.Errorf("gpu: upload: %w", err)
-	}
-	if t.Format.Spec().BlockScales {
-		return nil, fmt.Errorf("gpu: upload: %s (a GGUF block format) has no GPU kernels yet; run it with --device cpu", t.Format)
 	}
 	m := &Matrix{Format: t.Format, Rows: t.Rows, Cols: t.Cols, GroupSize: t.GroupSize,
 		rowBytes: t.RowBytes(), scale: t.Scale}
@@ -349,7 +351,8 @@ func shapeClasses(rows, cols int) shapeClass {
 // benchmark models' shapes (TinyLlama-1.1B, Llama-2-7B, BitNet-2B-4T);
 // other shapes get a correct kernel, not necessarily the fastest.
 // (kernelFor sends tq2 products with int8 x to the flat kernel where its
-// row length has one, whatever the table says.)
+// row length has one, and a block format's to the plain kernel, whatever
+// the table says.)
 var matvecTable = []struct {
 	format quantize.Format
 	class  shapeClass
@@ -462,8 +465,13 @@ func (d *Device) canFuse(m *Matrix, o matvecOpts) bool {
 // matvecTable gives the shape (or Device.matvecMode; unless forced, tq2
 // with int8 x takes the flat kernel where its row length has one), or the
 // plain one where m's rows do not suit the shared-memory kernels: 16-byte
-// aligned, whole chunks, x fitting in shared memory (device thread).
+// aligned, whole chunks, x fitting in shared memory. A block format has
+// the plain kernel only (matvec_blk in matvec.cu), so its products fuse
+// nothing (device thread).
 func (d *Device) kernelFor(m *Matrix, o matvecOpts) matvecKernel {
+	if m.Format.Spec().BlockScales {
+		return matvecPlain
+	}
 	k := d.matvecMode
 	if k == (matvecKernel{}) {
 		k = tableKernel(m.Format, m.Rows, m.Cols, o.gated)
@@ -631,13 +639,14 @@ const (
 
 // batchKernel is matvec_batch's kernel for a product of m over n tokens,
 // where it takes it: 2 to batchMaxTokens tokens of q8, q4, q2 or q1 rows
-// of whole 32-weight blocks.
+// of whole 32-weight blocks, or of a block format (matvec_batch_blk).
 func batchKernel(m *Matrix, n int) (string, bool) {
 	if n < 2 || n > batchMaxTokens || m.Cols%32 != 0 || m.rowScale.Ptr() != 0 {
 		return "", false
 	}
-	switch m.Format {
-	case quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1:
+	switch {
+	case m.Format == quantize.Q8, m.Format == quantize.Q4, m.Format == quantize.Q2, m.Format == quantize.Q1,
+		m.Format.Spec().BlockScales:
 		return "matvec_batch_" + string(m.Format), true
 	}
 	return "", false

@@ -188,12 +188,11 @@ func compareWith(ctx context.Context, quant *model.Model, src, ref, format strin
 	return rep, nil
 }
 
-// FormatCases keeps the cases of the given format (all when empty). A
-// block format (q4k ...), which Cases leaves out while the GPU has no
-// kernels for it, gets its decode and prefill products.
+// FormatCases keeps the cases of the given format, in any spelling
+// quantize.ParseFormat reads (all when empty).
 func FormatCases(format string) []Case {
-	if f, err := quantize.ParseFormat(format); err == nil && f.Spec().BlockScales {
-		return []Case{{f, ActFloat, 1}, {f, ActFloat, 5}}
+	if f, err := quantize.ParseFormat(format); err == nil {
+		format = string(f)
 	}
 	var out []Case
 	for _, c := range Cases() {

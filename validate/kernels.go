@@ -47,13 +47,19 @@ type Case struct {
 // every format. tq2 runs as BitNet does, with activations quantized to int8
 // per token: the kernel's quantization of x is part of what is checked (the
 // reference quantizes x by its own code), and its cost shows in QuantErr.
+// GGUF's block formats come last; RunKernels gives them only the shapes
+// whose rows are whole blocks.
 func Cases() []Case {
-	return []Case{
+	cases := []Case{
 		{quantize.Q1, ActFloat, 1}, {quantize.Q1, ActBinary, 1}, {quantize.Q2, ActFloat, 1},
 		{quantize.Q4, ActFloat, 1}, {quantize.Q8, ActFloat, 1}, {quantize.TQ2, ActInt8, 1},
 		{quantize.Q1, ActFloat, 5}, {quantize.Q2, ActFloat, 5}, {quantize.Q4, ActFloat, 5},
 		{quantize.Q8, ActFloat, 5}, {quantize.TQ2, ActInt8, 5},
 	}
+	for _, f := range []quantize.Format{quantize.Q5_0, quantize.Q5_1, quantize.Q2K, quantize.Q3K, quantize.Q4K, quantize.Q5K, quantize.Q6K} {
+		cases = append(cases, Case{f, ActFloat, 1}, Case{f, ActFloat, 5})
+	}
+	return cases
 }
 
 // Shape is a weight matrix's [Rows, Cols].

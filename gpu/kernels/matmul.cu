@@ -1,11 +1,12 @@
 // matmul.cu: prefill products Y[n, rows] = X[n, cols] W^T for every weight
 // format. A first, simple tiled kernel: a 64x32 tile of W is dequantized
 // into shared memory beside a 32x64 tile of X, and 256 threads each compute
-// 4x4 outputs in fp32. (Tensor cores come later.)
+// 4x4 outputs in fp32. (Tensor cores come later.) GGUF's block formats are
+// dequantized a weight at a time from their blocks (bval).
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-enum { F32 = 0, F16 = 1, Q8 = 2, Q4 = 3, Q2 = 4, Q1 = 5, TQ2 = 6 };
+enum { F32 = 0, F16 = 1, Q8 = 2, Q4 = 3, Q2 = 4, Q1 = 5, TQ2 = 6, Q5_0 = 7, Q5_1 = 8, Q2K = 9, Q3K = 10, Q4K = 11, Q5K = 12, Q6K = 13 };
 
 #define BM 64
 #define BN 64
@@ -16,6 +17,60 @@ enum { F32 = 0, F16 = 1, Q8 = 2, Q4 = 3, Q2 = 4, Q1 = 5, TQ2 = 6 };
 __device__ __forceinline__ int code2(const uint8_t* row, int c) {
     const int b = c >> 5, j = c & 31;
     return (row[b * 8 + (j & 7)] >> (2 * (j >> 3))) & 3;
+}
+
+// f16at is the fp16 at p (2-byte aligned) as a float.
+__device__ __forceinline__ float f16at(const uint8_t* p) {
+    return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(p)));
+}
+
+// bval is weight c of a row of GGUF's block format FMT (their scales are
+// inside the blocks), one weight at a time from the layout's definition:
+// each format ports quantize's code<Fmt> and scale<Fmt>
+// (quantize/<fmt>.go; kScales and q3kScale for the sub-block scales).
+template <int FMT>
+__device__ __forceinline__ float bval(const uint8_t* row, int c) {
+    if (FMT == Q5_0 || FMT == Q5_1) {
+        // d (q5_1: then m), qh (bit j: weight j's fifth bit), qs (byte j:
+        // weight j's low nibble, weight j+16's high one).
+        const int at = FMT == Q5_0 ? 2 : 4, j = c & 31;
+        const uint8_t* b = row + (c >> 5) * (FMT == Q5_0 ? 22 : 24);
+        const int q = ((b[at + 4 + (j & 15)] >> (j >= 16 ? 4 : 0)) & 15) | ((b[at + (j >> 3)] >> (j & 7)) & 1) << 4;
+        return FMT == Q5_0 ? f16at(b) * (float)(q - 16) : f16at(b) * (float)q + f16at(b + 2);
+    }
+    const int i = c & 255;
+    if (FMT == Q4K || FMT == Q5K) {
+        // d, dmin, 12 scale bytes, (q5k: qh[32]), qs[128].
+        const uint8_t* b = row + (c >> 8) * (FMT == Q4K ? 144 : 176);
+        const uint8_t* s = b + 4;
+        const int j = i >> 5;
+        const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+        const int mn = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+        int q = (b[(FMT == Q4K ? 16 : 48) + 32 * (i >> 6) + (i & 31)] >> (4 * ((i >> 5) & 1))) & 15;
+        if (FMT == Q5K) q |= ((b[16 + (i & 31)] >> j) & 1) << 4;
+        return f16at(b) * (float)sc * (float)q - f16at(b + 2) * (float)mn;
+    }
+    if (FMT == Q6K) {
+        // ql[128], qh[64], 16 int8 scales, d.
+        const uint8_t* b = row + (c >> 8) * 210;
+        const int h = i >> 7, p = (i >> 5) & 3, l = i & 31;
+        const int q = ((b[64 * h + l + 32 * (p & 1)] >> (4 * (p >> 1))) & 15) | ((b[128 + 32 * h + l] >> (2 * p)) & 3) << 4;
+        return f16at(b + 208) * (float)(int8_t)b[192 + (i >> 4)] * (float)(q - 32);
+    }
+    if (FMT == Q2K) {
+        // 16 scale (low nibble) and minimum (high nibble) bytes, qs[64], d, dmin.
+        const uint8_t* b = row + (c >> 8) * 84;
+        const int s = b[i >> 4];
+        const int q = (b[16 + 32 * (i >> 7) + (i & 31)] >> (2 * ((i >> 5) & 3))) & 3;
+        return f16at(b + 80) * (float)(s & 15) * (float)q - f16at(b + 82) * (float)(s >> 4);
+    }
+    // Q3K: hmask[32], qs[64], 12 scale bytes, d.
+    const uint8_t* b = row + (c >> 8) * 110;
+    const int k = i >> 4;
+    const int s = ((b[96 + (k & 7)] >> (k >= 8 ? 4 : 0)) & 15) | ((b[104 + (k & 3)] >> (2 * (k >> 2))) & 3) << 4;
+    const int q = ((b[32 + 32 * (i >> 7) + (i & 31)] >> (2 * ((i >> 5) & 3))) & 3) |
+                  ((b[i & 31] >> (4 * (i >> 7) + ((i >> 5) & 3))) & 1) << 2;
+    return f16at(b + 108) * (float)(s - 32) * (float)(q - 4);
 }
 
 // Weight c of a packed row, dequantized (the layout's definition).
@@ -32,6 +87,7 @@ __device__ __forceinline__ float wval(const uint8_t* row, const __half* sc, cons
     }
     if (FMT == Q2) return __half2float(sc[g]) * (float)code2(row, c) + __half2float(mn[g]);
     if (FMT == TQ2) return ts * (float)(code2(row, c) - 1);
+    if (FMT >= Q5_0) return bval<FMT>(row, c);
     // Q1
     const float d = __half2float(sc[g]);
     return (row[b * 4 + (j >> 3)] >> (j & 7)) & 1 ? d : -d;
@@ -98,6 +154,13 @@ MATMUL(matmul_q4, Q4)
 MATMUL(matmul_q2, Q2)
 MATMUL(matmul_q1, Q1)
 MATMUL(matmul_tq2, TQ2)
+MATMUL(matmul_q5_0, Q5_0)
+MATMUL(matmul_q5_1, Q5_1)
+MATMUL(matmul_q2k, Q2K)
+MATMUL(matmul_q3k, Q3K)
+MATMUL(matmul_q4k, Q4K)
+MATMUL(matmul_q5k, Q5K)
+MATMUL(matmul_q6k, Q6K)
 
 // Prefill through cuBLAS: a panel of weight rows is dequantized to fp16
 // (row-major [rows, cols]) and the activations converted to fp16, then a
@@ -135,6 +198,13 @@ DEQUANT(dequant_f16_q8, Q8)
 DEQUANT(dequant_f16_q4, Q4)
 DEQUANT(dequant_f16_q2, Q2)
 DEQUANT(dequant_f16_q1, Q1)
+DEQUANT(dequant_f16_q5_0, Q5_0)
+DEQUANT(dequant_f16_q5_1, Q5_1)
+DEQUANT(dequant_f16_q2k, Q2K)
+DEQUANT(dequant_f16_q3k, Q3K)
+DEQUANT(dequant_f16_q4k, Q4K)
+DEQUANT(dequant_f16_q5k, Q5K)
+DEQUANT(dequant_f16_q6k, Q6K)
 
 // f32_to_f16 converts x[0..n) to fp16 (round to nearest even).
 extern "C" __global__ void f32_to_f16(const float* __restrict__ x, __half* __restrict__ y, size_t n) {

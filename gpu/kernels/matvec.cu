@@ -20,7 +20,7 @@
 
 #define ROWS 4
 
-enum { F32 = 0, F16 = 1, Q8 = 2, Q4 = 3, Q2 = 4, Q1 = 5, TQ2 = 6 };
+enum { F32 = 0, F16 = 1, Q8 = 2, Q4 = 3, Q2 = 4, Q1 = 5, TQ2 = 6, Q5_0 = 7, Q5_1 = 8, Q2K = 9, Q3K = 10, Q4K = 11, Q5K = 12, Q6K = 13 };
 
 // byte i of u (0..255) as a float plus 2^23.
 __device__ __forceinline__ float ub(uint32_t u, int i) {
@@ -229,6 +229,30 @@ __device__ void matvec(const uint8_t* __restrict__ W, const __half* __restrict__
             if (row0 + r < rows) y[row0 + r] = FMT == TQ2 ? acc[r] * tq2_scale(scales, row0 + r, tscale) : acc[r];
 }
 
+// batch_store sums each of a batch kernel's NV*ROWS outputs (vector v's
+// row r at acc[v*ROWS + r]) over the block's threads and writes those of
+// the nv vectors and the rows that exist into Y[v0 + v, row0 + r].
+template <int NT, int NV>
+__device__ __forceinline__ void batch_store(float (&acc)[NV * ROWS], float (*red)[NV * ROWS], float* __restrict__ Y,
+                                            int rows, int row0, int v0, int nv) {
+#pragma unroll
+    for (int i = 0; i < NV * ROWS; i++)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0)
+#pragma unroll
+        for (int i = 0; i < NV * ROWS; i++) red[warp][i] = acc[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < NV * ROWS; i += NT) {
+        const int v = i / ROWS, r = i % ROWS;
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < NT / 32; k++) s += red[k][i];
+        if (v < nv && row0 + r < rows) Y[(size_t)(v0 + v) * rows + row0 + r] = s;
+    }
+}
+
 // matvec_batch: Y[n, rows] = X[n, cols] W^T for a few vectors (a step's
 // decode tokens of several sequences), the simple kernel's loop with each
 // weight block loaded once for NV vectors: blockIdx.y takes vectors
@@ -290,22 +314,7 @@ __device__ void matvec_batch(const uint8_t* __restrict__ W, const __half* __rest
             for (int r = 0; r < ROWS; r++) acc[v * ROWS + r] += d[r] * block_dot_w<FMT>(w[r], xv) + m[r] * xs;
         }
     }
-#pragma unroll
-    for (int i = 0; i < NV * ROWS; i++)
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0)
-#pragma unroll
-        for (int i = 0; i < NV * ROWS; i++) red[warp][i] = acc[i];
-    __syncthreads();
-    for (int i = threadIdx.x; i < NV * ROWS; i += NT) {
-        const int v = i / ROWS, r = i % ROWS;
-        float s = 0.f;
-#pragma unroll
-        for (int k = 0; k < NT / 32; k++) s += red[k][i];
-        if (v < nv && row0 + r < rows) Y[(size_t)(v0 + v) * rows + row0 + r] = s;
-    }
+    batch_store<NT, NV>(acc, red, Y, rows, row0, v0, nv);
 }
 
 #define MATVEC_BATCH(fmt, FMT)                                                                                   \
@@ -318,6 +327,290 @@ MATVEC_BATCH(q8, Q8)
 MATVEC_BATCH(q4, Q4)
 MATVEC_BATCH(q2, Q2)
 MATVEC_BATCH(q1, Q1)
+
+// GGUF's block formats (q5_0, q5_1 and the K-quants q2k ... q6k, the
+// layouts of quantize/q5_0.go ... q6k.go), their scales inside each block.
+// Their kernels take a row as 32-weight units, as the kernels above take
+// 32-weight blocks, so x is read the same way: unit b of a row is unit
+// b % UPB of block b / UPB, UPB being a block's units (8 of a K-quant's
+// 256-weight super-block, the one of q5_0's and q5_1's 32-weight block).
+// unit_load decodes a unit into a byte a weight (its codes) and the scale
+// and minimum of each of its halves of 16 weights (q2k's, q3k's and q6k's
+// sub-blocks; a 32-weight sub-block gives both halves its own); unit_dot
+// takes its dot product with 32 values of x. Each decoder ports the Go
+// reference decoder named at it (quantize/<fmt>.go). Codes become floats
+// with the 2^23 trick of dot4, the format's code offset (q5_0's 16, q3k's
+// 4, q6k's 32) subtracted exactly with 2^23.
+
+// Weights and bytes of a block format's block.
+template <int FMT>
+__device__ constexpr int blk_weights() { return FMT == Q5_0 || FMT == Q5_1 ? 32 : 256; }
+template <int FMT>
+__device__ constexpr int blk_bytes() {
+    return FMT == Q5_0 ? 22 : FMT == Q5_1 ? 24 : FMT == Q2K ? 84 : FMT == Q3K ? 110 : FMT == Q4K ? 144 : FMT == Q5K ? 176 : 210;
+}
+// blk_off is the offset the format's codes are stored with (w = d*(q - off)).
+template <int FMT>
+__device__ constexpr int blk_off() { return FMT == Q5_0 ? 16 : FMT == Q3K ? 4 : FMT == Q6K ? 32 : 0; }
+// blk_mins says the format's weights have minimums (w = d*q + m).
+template <int FMT>
+__device__ constexpr bool blk_mins() { return FMT == Q5_1 || FMT == Q2K || FMT == Q4K || FMT == Q5K; }
+
+// ldw reads the little-endian 32-bit word at p, inside a block of format
+// FMT (weights: the read-only path). Blocks of a whole number of words
+// (q5_1, q2k, q4k, q5k) keep every word 4-byte aligned; q5_0's, q3k's and
+// q6k's (22, 110 and 210 bytes) leave every other block only 2-byte
+// aligned, so their words are read as two halves (every offset read in
+// them is even).
+template <int FMT>
+__device__ __forceinline__ uint32_t ldw(const uint8_t* p) {
+    if (blk_bytes<FMT>() % 4 == 0) return __ldg(reinterpret_cast<const uint32_t*>(p));
+    const unsigned short* h = reinterpret_cast<const unsigned short*>(p);
+    return (uint32_t)__ldg(h) | (uint32_t)__ldg(h + 1) << 16;
+}
+
+// h16 is the fp16 at p (2-byte aligned) as a float.
+__device__ __forceinline__ float h16(const uint8_t* p) {
+    return __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(p))));
+}
+
+// k6 reads sub-block j's (of 8) 6-bit scale sc and minimum mn of q4k and
+// q5k from their 12 scale bytes s (kScales, quantize/q4k.go): for j < 4
+// the low 6 bits of s[j] and s[j+4]; for j >= 4 the low and high nibble
+// of s[j+4], topped by the high 2 bits of s[j-4] and of s[j].
+__device__ __forceinline__ void k6(const uint8_t* s, int j, int& sc, int& mn) {
+    if (j < 4) {
+        sc = __ldg(s + j) & 63;
+        mn = __ldg(s + j + 4) & 63;
+    } else {
+        const int a = __ldg(s + j + 4);
+        sc = (a & 15) | (__ldg(s + j - 4) >> 6) << 4;
+        mn = (a >> 4) | (__ldg(s + j) >> 6) << 4;
+    }
+}
+
+// q3k_scale reads sub-block k's (of 16) 6-bit scale of q3k from its 12
+// scale bytes s (q3kScale, quantize/q3k.go): the low nibble of s[k] for
+// k < 8, the high nibble of s[k-8] after, topped by bits 2(k/4)..2(k/4)+1
+// of s[8 + k%4].
+__device__ __forceinline__ int q3k_scale(const uint8_t* s, int k) {
+    const int lo = (__ldg(s + (k & 7)) >> (k >= 8 ? 4 : 0)) & 15;
+    const int hi = (__ldg(s + 8 + (k & 3)) >> (2 * (k >> 2))) & 3;
+    return lo | hi << 4;
+}
+
+// bits5 moves bits 0-3 of v to bit 4 of bytes 0-3: the fifth bits of four
+// q5_0 or q5_1 weights, placed over their nibbles.
+__device__ __forceinline__ uint32_t bits5(uint32_t v) {
+    return (v & 1u) << 4 | (v & 2u) << 11 | (v & 4u) << 18 | (v & 8u) << 25;
+}
+
+// unit32 is a decoded 32-weight unit: weight l's code (with the format's
+// offset) in byte l % 4 of q[l / 4], and weight l = d[l / 16] * (code -
+// blk_off) + m[l / 16].
+struct unit32 {
+    uint32_t q[8];
+    float d[2], m[2];
+};
+
+// unit_load decodes unit b of the row at row (format FMT).
+template <int FMT>
+__device__ __forceinline__ void unit_load(const uint8_t* row, int b, unit32& w) {
+    constexpr int UPB = blk_weights<FMT>() / 32;
+    const uint8_t* p = row + (size_t)(b / UPB) * blk_bytes<FMT>();
+    const int u = b % UPB;
+    w.m[0] = w.m[1] = 0.f;
+    if (FMT == Q5_0 || FMT == Q5_1) {
+        // dequantizeQ5_0, dequantizeQ5_1: d (q5_1: then m), qh (a
+        // little-endian uint32, bit j weight j's fifth bit), qs (byte j:
+        // weight j's low nibble, weight j+16's high one).
+        const int at = FMT == Q5_0 ? 2 : 4;  // qh
+        const uint32_t qh = ldw<FMT>(p + at);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t v = ldw<FMT>(p + at + 4 + 4 * k);
+            w.q[k] = (v & 0x0F0F0F0Fu) | bits5(qh >> (4 * k));
+            w.q[k + 4] = (v >> 4 & 0x0F0F0F0Fu) | bits5(qh >> (16 + 4 * k));
+        }
+        w.d[0] = w.d[1] = h16(p);
+        if (FMT == Q5_1) w.m[0] = w.m[1] = h16(p + 2);
+    } else if (FMT == Q4K || FMT == Q5K) {
+        // dequantizeQ4K, dequantizeQ5K: sub-block u's low bits are the low
+        // (u even) or high nibbles of qs[32(u/2)..+32] (qs at 16, q5k's at
+        // 48); q5k's fifth bit of weight l is bit u of qh[l] (qh at 16).
+        const int sh = 4 * (u & 1);
+        const uint8_t* qs = p + (FMT == Q4K ? 16 : 48) + 32 * (u >> 1);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            uint32_t v = ldw<FMT>(qs + 4 * k) >> sh & 0x0F0F0F0Fu;
+            if (FMT == Q5K) v |= (ldw<FMT>(p + 16 + 4 * k) >> u & 0x01010101u) << 4;
+            w.q[k] = v;
+        }
+        int sc, mn;
+        k6(p + 4, u, sc, mn);
+        w.d[0] = w.d[1] = h16(p) * (float)sc;
+        w.m[0] = w.m[1] = -(h16(p + 2) * (float)mn);
+    } else if (FMT == Q6K) {
+        // dequantizeQ6K: unit u = 4h + p (half h, quarter p) has its low
+        // bits in the low (p < 2) or high nibbles of ql[64h + 32(p%2)..+32],
+        // its high bits in bits 2p..2p+1 of qh[32h..+32] (qh at 128); its
+        // halves' int8 scales are bytes 192 + 8h + 2p and the next; d at 208.
+        const int h = u >> 2, q = u & 3;
+        const uint8_t* ql = p + 64 * h + 32 * (q & 1);
+        const uint8_t* qh = p + 128 + 32 * h;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            w.q[k] = (ldw<FMT>(ql + 4 * k) >> (4 * (q >> 1)) & 0x0F0F0F0Fu) |
+                     (ldw<FMT>(qh + 4 * k) >> (2 * q) & 0x03030303u) << 4;
+        const float d = h16(p + 208);
+#pragma unroll
+        for (int i = 0; i < 2; i++) w.d[i] = d * (float)(int8_t)__ldg(p + 192 + 8 * h + 2 * q + i);
+    } else if (FMT == Q2K) {
+        // dequantizeQ2K: unit u = 4n + j has its codes in bits 2j..2j+1 of
+        // qs[32n..+32] (qs at 16); its halves' scale (low nibble) and
+        // minimum (high nibble) are bytes 8n + 2j and the next; d at 80,
+        // dmin at 82.
+        const int n = u >> 2, j = u & 3;
+#pragma unroll
+        for (int k = 0; k < 8; k++) w.q[k] = ldw<FMT>(p + 16 + 32 * n + 4 * k) >> (2 * j) & 0x03030303u;
+        const float d = h16(p + 80), dm = h16(p + 82);
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int s = __ldg(p + 8 * n + 2 * j + i);
+            w.d[i] = d * (float)(s & 15);
+            w.m[i] = -(dm * (float)(s >> 4));
+        }
+    } else {
+        // Q3K, dequantizeQ3K: unit u = 4n + j has its low bits in bits
+        // 2j..2j+1 of qs[32n..+32] (qs at 32), its high bit in bit 4n + j
+        // of hmask[0..32] (at 0); its halves' scales are sub-blocks 8n + 2j
+        // and the next (q3k_scale, at 96); d at 108.
+        const int n = u >> 2, j = u & 3;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            w.q[k] = (ldw<FMT>(p + 32 + 32 * n + 4 * k) >> (2 * j) & 0x03030303u) |
+                     (ldw<FMT>(p + 4 * k) >> (4 * n + j) & 0x01010101u) << 2;
+        const float d = h16(p + 108);
+#pragma unroll
+        for (int i = 0; i < 2; i++) w.d[i] = d * (float)(q3k_scale(p + 96, 8 * n + 2 * j + i) - 32);
+    }
+}
+
+// unit_dot is the dot product of a decoded unit with x[0..31].
+template <int FMT>
+__device__ __forceinline__ float unit_dot(const unit32& w, const float* x) {
+    const float off = 8388608.f + (float)blk_off<FMT>();
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        s0 += dot4(w.q[k], off, x + 4 * k);
+        s1 += dot4(w.q[k + 4], off, x + 16 + 4 * k);
+    }
+    float r = w.d[0] * s0 + w.d[1] * s1;
+    if (blk_mins<FMT>()) {
+        float x0 = 0.f, x1 = 0.f;
+#pragma unroll
+        for (int i = 0; i < 16; i++) x0 += x[i], x1 += x[16 + i];
+        r += w.m[0] * x0 + w.m[1] * x1;
+    }
+    return r;
+}
+
+// load_x32 reads x[0..31] (another kernel's output) into registers.
+__device__ __forceinline__ void load_x32(const float* x, float (&xv)[32]) {
+    const float4* xp = reinterpret_cast<const float4*>(x);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const float4 v = ld_dep(xp + k);
+        xv[4 * k] = v.x, xv[4 * k + 1] = v.y, xv[4 * k + 2] = v.z, xv[4 * k + 3] = v.w;
+    }
+}
+
+// matvec_blk is matvec for a block format: nb 32-weight units a row
+// (cols / 32: rows are whole blocks), ROWS rows a block, the threads
+// striding over the units. It fuses nothing (Go's canFuse says so), so
+// the norm before it, a gated activation and a residual add run apart.
+template <int FMT, int NT>
+__device__ void matvec_blk(const uint8_t* __restrict__ W, const float* x, float* __restrict__ y, int rows, int nb,
+                           int row_bytes) {
+    __shared__ float red[NT / 32][ROWS];
+    pdl_launch_dependents();
+    pdl_wait();
+    const int row0 = blockIdx.x * ROWS;
+    float acc[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) acc[r] = 0.f;
+    for (int b = threadIdx.x; b < nb; b += NT) {
+        float xv[32];
+        load_x32(x + 32 * (size_t)b, xv);
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            unit32 w;
+            unit_load<FMT>(W + (size_t)min(row0 + r, rows - 1) * row_bytes, b, w);
+            acc[r] += unit_dot<FMT>(w, xv);
+        }
+    }
+    block_reduce<NT>(acc, red);
+    if (threadIdx.x == 0)
+#pragma unroll
+        for (int r = 0; r < ROWS; r++)
+            if (row0 + r < rows) y[row0 + r] = acc[r];
+}
+
+// matvec_batch_blk is matvec_batch for a block format: each unit of the
+// block's ROWS rows decoded once for NV vectors.
+template <int FMT, int NT, int NV>
+__device__ void matvec_batch_blk(const uint8_t* __restrict__ W, const float* X, float* __restrict__ Y, int rows,
+                                 int nb, int row_bytes, int n) {
+    __shared__ float red[NT / 32][NV * ROWS];
+    pdl_launch_dependents();
+    pdl_wait();
+    const int row0 = blockIdx.x * ROWS, v0 = blockIdx.y * NV, nv = min(NV, n - v0);
+    const size_t cols = (size_t)nb * 32;
+    float acc[NV * ROWS];
+#pragma unroll
+    for (int i = 0; i < NV * ROWS; i++) acc[i] = 0.f;
+    for (int b = threadIdx.x; b < nb; b += NT) {
+        unit32 w[ROWS];
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) unit_load<FMT>(W + (size_t)min(row0 + r, rows - 1) * row_bytes, b, w[r]);
+#pragma unroll
+        for (int v = 0; v < NV; v++) {
+            if (v >= nv) break;
+            float xv[32];
+            load_x32(X + (size_t)(v0 + v) * cols + 32 * (size_t)b, xv);
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) acc[v * ROWS + r] += unit_dot<FMT>(w[r], xv);
+        }
+    }
+    batch_store<NT, NV>(acc, red, Y, rows, row0, v0, nv);
+}
+
+// A block format's kernels, with the arguments of the others (the scales,
+// minimums, tensor scale and groups are unused: the blocks hold them):
+// matvec_<fmt>_<32|64|128> and matvec_batch_<fmt>.
+#define MATVEC_BLK1(name, FMT, NT)                                                                             \
+    extern "C" __global__ void __launch_bounds__(NT) name(const uint8_t* W, const __half* scales,             \
+                                                          const __half* mins, float tscale, const float* x,   \
+                                                          float* y, int rows, int nb, int row_bytes, int gb, \
+                                                          int ng) {                                          \
+        matvec_blk<FMT, NT>(W, x, y, rows, nb, row_bytes);                                                   \
+    }
+#define MATVEC_BLK(fmt, FMT)                                                                                    \
+    MATVEC_BLK1(matvec_##fmt##_32, FMT, 32) MATVEC_BLK1(matvec_##fmt##_64, FMT, 64)                             \
+    MATVEC_BLK1(matvec_##fmt##_128, FMT, 128)                                                                  \
+    extern "C" __global__ void __launch_bounds__(128) matvec_batch_##fmt(                                      \
+        const uint8_t* W, const __half* scales, const __half* mins, const float* X, float* Y, int rows, int nb, \
+        int row_bytes, int gb, int ng, int n) {                                                                \
+        matvec_batch_blk<FMT, 128, 8>(W, X, Y, rows, nb, row_bytes, n);                                        \
+    }
+MATVEC_BLK(q5_0, Q5_0)
+MATVEC_BLK(q5_1, Q5_1)
+MATVEC_BLK(q2k, Q2K)
+MATVEC_BLK(q3k, Q3K)
+MATVEC_BLK(q4k, Q4K)
+MATVEC_BLK(q5k, Q5K)
+MATVEC_BLK(q6k, Q6K)
 
 // Chunk geometry of the fast kernel: a thread reads CHUNK_U4 16-byte words
 // of each of its ROWS rows at once, which hold CHUNK_BLOCKS 32-weight blocks.
