@@ -328,7 +328,7 @@ func BenchmarkDraw(b *testing.B) {
 				if err := be.setDraw(dr); err != nil {
 					return err
 				}
-				tk := func() error { return d.topK(xb, n, p.k, c.o.Temperature, be.draws.cands) }
+				tk := func() error { return d.topK(xb, n, p.k, c.o.Temperature, be.draws.cands, p.partial) }
 				dw := func() error { return be.launchDraw(xb, n, dr, p, false) }
 				if _, err := d.timeIt(3, dw); err != nil {
 					return err

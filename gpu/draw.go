@@ -142,7 +142,9 @@ func (b *Backend) launchDraw(src Buffer, n int, d *model.Draw, p drawPlan, chain
 			return err
 		}
 	}
-	if err := b.d.topK(x, n, p.k, o.Temperature, ds.cands); err != nil {
+	// (the softmax's denominator only where the candidates are a head of
+	// the vocabulary)
+	if err := b.d.topK(x, n, p.k, o.Temperature, ds.cands, p.partial); err != nil {
 		return err
 	}
 	partial := 0

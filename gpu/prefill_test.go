@@ -772,7 +772,7 @@ func TestTopK(t *testing.T) {
 			xb := up(t, d, x, 0)
 			out := up(t, d, make([]float32, 2*tc.k+4), 0)
 			const temp = 0.7
-			run(t, d, func() error { return d.topK(xb, tc.n, tc.k, temp, out) })
+			run(t, d, func() error { return d.topK(xb, tc.n, tc.k, temp, out, true) })
 			raw := make([]byte, 8*tc.k+16)
 			if err := d.do(func() error { return d.dtoh(raw, out, 0) }); err != nil {
 				t.Fatal(err)

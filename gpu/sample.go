@@ -15,8 +15,9 @@ const topKPool = 4096
 // topK queues the k largest of x[0..n) (value, then index order) and the
 // softmax denominator at temp into out: k float32 values, k int32
 // indices, an int32 exactness flag and 4 bytes of padding, a float64 sum
-// (device thread).
-func (d *Device) topK(x Buffer, n, k int, temp float32, out Buffer) error {
+// (computed only with sum: a pass of double exponentials over x) (device
+// thread).
+func (d *Device) topK(x Buffer, n, k int, temp float32, out Buffer, sum bool) error {
 	if k <= 0 || k > topKPool || k > n {
 		return fmt.Errorf("gpu: top-k: k %d of %d values (at most %d)", k, n, topKPool)
 	}
@@ -24,7 +25,7 @@ func (d *Device) topK(x Buffer, n, k int, temp float32, out Buffer) error {
 		return fmt.Errorf("gpu: top-k: temperature %v must be positive", temp)
 	}
 	return d.launchPDL("topk", grid1(1), grid1(1024), 8*topKPool, argBuf(x), argInt(n), argInt(k), argF32(temp),
-		argBuf(out), out.Ptr()+uint64(4*k), out.Ptr()+uint64(8*k), out.Ptr()+uint64(8*k+8))
+		argBuf(out), out.Ptr()+uint64(4*k), out.Ptr()+uint64(8*k), out.Ptr()+uint64(8*k+8), argBool(sum))
 }
 
 // topKOf is the k most likely tokens of src[0..n) and the softmax
@@ -46,7 +47,7 @@ func (b *Backend) topKOf(src Buffer, n, k int, temp float32) (*model.Candidates,
 				return err
 			}
 		}
-		if err := b.d.topK(src, n, k, temp, b.topk); err != nil {
+		if err := b.d.topK(src, n, k, temp, b.topk, true); err != nil {
 			return err
 		}
 		return b.d.dtoh(raw, b.topk, 0)

@@ -26,11 +26,13 @@ __device__ __forceinline__ bool before(float va, int ia, float vb, int ib) {
 }
 
 // topk writes the k (at most POOL) largest of x[0..n) to val/idx in order,
-// stats[0] = exact (1 or 0) and sum[0] = sum of exp((x - max)/temp)
-// (temp > 0; NaN logits count for nothing, as the host skips them).
+// stats[0] = exact (1 or 0) and, with want_sum, sum[0] = sum of
+// exp((x - max)/temp) (temp > 0; NaN logits count for nothing, as the host
+// skips them; 0 without want_sum).
 extern "C" __global__ void __launch_bounds__(NT) topk(const float* x, int n, int k, float temp,
                                                       float* __restrict__ val, int* __restrict__ idx,
-                                                      int* __restrict__ stats, double* __restrict__ sum) {
+                                                      int* __restrict__ stats, double* __restrict__ sum,
+                                                      int want_sum) {
     extern __shared__ float sh[];
     float* sv = sh;                                   // [POOL] values
     int* si = reinterpret_cast<int*>(sh + POOL);      // [POOL] indices
@@ -97,9 +99,10 @@ extern "C" __global__ void __launch_bounds__(NT) topk(const float* x, int n, int
     const float kv = sv[k - 1];
     const int ki = si[k - 1];
     if (seen > LT && !before(kv, ki, v[LT - 1], ix[LT - 1])) bad = 1;
-    // the softmax's denominator, in double
+    // the softmax's denominator, in double (a pass of double exponentials
+    // over the vocabulary: only where the caller needs it)
     double s = 0.0;
-    for (int i = t; i < n; i += NT) {
+    for (int i = t; want_sum && i < n; i += NT) {
         const float a = ld_dep(x + i);
         if (a != a) continue;
         s += (double)(float)exp((double)__fdiv_rn(__fsub_rn(a, m), temp));
