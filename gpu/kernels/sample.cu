@@ -2,15 +2,17 @@
 // step copies back a few hundred values instead of the whole vocabulary.
 //
 // topk: one block of 1024 threads over the logits x[0..n). Each thread
-// keeps the LT largest of its strided share (ties: the smaller index); the
-// block sorts the 1024*LT kept pairs (bitonic, in shared memory) and writes
-// the k largest, by value and then index, as the host's stable sort orders
-// them. They are the true k largest unless some thread had to drop a value
-// at least as large as the k-th (it kept LT and its smallest kept one
-// reaches the k-th): then exact is 0 and the host reads all logits. The
-// same pass sums exp((x - max) / temp) over all x in double, each term
-// rounded as the host rounds it (float difference and quotient, double
-// exp, float result), for the softmax's denominator.
+// keeps the LT largest of its strided share (ties: the smaller index); for
+// up to MERGE_K candidates the warps merge their lanes' lists and one warp
+// the warps' runs, else the block sorts the 1024*LT kept pairs (bitonic, in
+// shared memory); it writes the k largest, by value and then index, as the
+// host's stable sort orders them. They are the true k largest unless some
+// thread had to drop a value at least as large as the k-th (it kept LT and
+// its smallest kept one reaches the k-th): then exact is 0 and the host
+// reads all logits. Where asked, a pass sums exp((x - max) / temp) over
+// all x in double, each term rounded as the host rounds it (float
+// difference and quotient, double exp, float result), for the softmax's
+// denominator.
 #include <stdint.h>
 
 #include "pdl.cuh"
@@ -18,11 +20,24 @@
 #define NT 1024
 #define LT 4
 #define POOL (NT * LT)
+#define MERGE_K 256  // the most candidates merged rather than sorted
 
 // before says whether (va, ia) comes first: larger value, or equal and
 // smaller index.
 __device__ __forceinline__ bool before(float va, int ia, float vb, int ib) {
     return va > vb || (va == vb && ia < ib);
+}
+
+// warp_best leaves in every lane of the warp the best (v, i) of the
+// lanes' (before's order; ties of equal pairs to the lower lane, so the
+// lanes agree on l, the lane that holds it).
+__device__ __forceinline__ void warp_best(float& v, int& i, int& l) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, i, o), ol = __shfl_xor_sync(0xffffffffu, l, o);
+        if (before(ov, oi, v, i) || (!before(v, i, ov, oi) && ol < l)) v = ov, i = oi, l = ol;
+    }
 }
 
 // topk writes the k (at most POOL) largest of x[0..n) to val/idx in order,
@@ -65,8 +80,6 @@ extern "C" __global__ void __launch_bounds__(NT) topk(const float* x, int n, int
             }
         }
     }
-#pragma unroll
-    for (int j = 0; j < LT; j++) sv[t * LT + j] = v[j], si[t * LT + j] = ix[j];
     // the largest value, for the softmax
     float m = v[0];
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -75,30 +88,72 @@ extern "C" __global__ void __launch_bounds__(NT) topk(const float* x, int n, int
     __syncthreads();
     m = fred[0];
     for (int w = 1; w < NT / 32; w++) m = fmaxf(m, fred[w]);
-    // bitonic sort of the pool, first by value descending, then index
-    for (int size = 2; size <= POOL; size <<= 1) {
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            __syncthreads();
-            for (int p = t; p < POOL / 2; p += NT) {
-                const int lo = 2 * p - (p & (stride - 1)), hi = lo + stride;
-                const bool desc = (lo & size) == 0;
-                const bool swap = desc ? before(sv[hi], si[hi], sv[lo], si[lo]) : before(sv[lo], si[lo], sv[hi], si[hi]);
-                if (swap) {
-                    const float tv = sv[lo];
-                    const int ti = si[lo];
-                    sv[lo] = sv[hi], si[lo] = si[hi];
-                    sv[hi] = tv, si[hi] = ti;
+    const float lastv = v[LT - 1];  // the thread's last kept, for the exactness check
+    const int lasti = ix[LT - 1];
+    __shared__ float kth_v;
+    __shared__ int kth_i;
+    if (k <= MERGE_K) {
+        // A few candidates (sampling's): each warp merges its lanes' sorted
+        // lists into its best kw (kw rounds of a warp-wide best, the
+        // winning lane dropping its head), then warp 0 merges the 32 warps'
+        // runs into the k best: no block-wide barrier per step, where a
+        // sort of the whole pool takes 78.
+        const int kw = min(k, 32 * LT);
+        for (int r = 0; r < kw; r++) {
+            float bv = v[0];
+            int bi = ix[0], bl = lane;
+            warp_best(bv, bi, bl);
+            if (lane == 0) sv[warp * kw + r] = bv, si[warp * kw + r] = bi;
+            if (lane == bl) {
+#pragma unroll
+                for (int j = 0; j < LT - 1; j++) v[j] = v[j + 1], ix[j] = ix[j + 1];
+                v[LT - 1] = -INFINITY, ix[LT - 1] = 0x7fffffff;
+            }
+        }
+        __syncthreads();
+        if (warp == 0) {
+            int ptr = 0;  // lane w's place in warp w's run
+            for (int r = 0; r < k; r++) {
+                float bv = ptr < kw ? sv[lane * kw + ptr] : -INFINITY;
+                int bi = ptr < kw ? si[lane * kw + ptr] : 0x7fffffff, bl = lane;
+                warp_best(bv, bi, bl);
+                if (lane == 0) {
+                    val[r] = bv, idx[r] = bi;
+                    if (r == k - 1) kth_v = bv, kth_i = bi;
+                }
+                if (lane == bl) ptr++;
+            }
+        }
+        __syncthreads();
+    } else {
+#pragma unroll
+        for (int j = 0; j < LT; j++) sv[t * LT + j] = v[j], si[t * LT + j] = ix[j];
+        // bitonic sort of the pool, first by value descending, then index
+        for (int size = 2; size <= POOL; size <<= 1) {
+            for (int stride = size >> 1; stride > 0; stride >>= 1) {
+                __syncthreads();
+                for (int p = t; p < POOL / 2; p += NT) {
+                    const int lo = 2 * p - (p & (stride - 1)), hi = lo + stride;
+                    const bool desc = (lo & size) == 0;
+                    const bool swap =
+                        desc ? before(sv[hi], si[hi], sv[lo], si[lo]) : before(sv[lo], si[lo], sv[hi], si[hi]);
+                    if (swap) {
+                        const float tv = sv[lo];
+                        const int ti = si[lo];
+                        sv[lo] = sv[hi], si[lo] = si[hi];
+                        sv[hi] = tv, si[hi] = ti;
+                    }
                 }
             }
         }
+        __syncthreads();
+        for (int j = t; j < k; j += NT) val[j] = sv[j], idx[j] = si[j];
+        if (t == 0) kth_v = sv[k - 1], kth_i = si[k - 1];
+        __syncthreads();
     }
-    __syncthreads();
-    for (int j = t; j < k; j += NT) val[j] = sv[j], idx[j] = si[j];
     // exact unless a thread that kept LT of more dropped one that could
     // reach the k-th
-    const float kv = sv[k - 1];
-    const int ki = si[k - 1];
-    if (seen > LT && !before(kv, ki, v[LT - 1], ix[LT - 1])) bad = 1;
+    if (seen > LT && !before(kth_v, kth_i, lastv, lasti)) bad = 1;
     // the softmax's denominator, in double (a pass of double exponentials
     // over the vocabulary: only where the caller needs it)
     double s = 0.0;
@@ -220,6 +275,7 @@ extern "C" __global__ void __launch_bounds__(32) draw(const float* val, const in
                 if (r < 0.0) id = ld_dep(idx + i);
             }
             if (id < 0 && !part) id = ld_dep(idx + n - 1);
+            if (id == 0x7fffffff) id = -1;  // fewer candidates than k (NaN logits): the host's
         }
     }
     out[0] = id;
