@@ -20,7 +20,7 @@
 #define NT 1024
 #define LT 4
 #define POOL (NT * LT)
-#define MERGE_K 64  // the most candidates merged rather than sorted (measured: slower past that)
+#define MERGE_K 64  // the most candidates merged (a round each, in sequence) rather than sorted
 
 // before says whether (va, ia) comes first: larger value, or equal and
 // smaller index.
