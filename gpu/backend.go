@@ -253,6 +253,17 @@ func (b *Backend) Close() {
 // Name implements model.Backend.
 func (b *Backend) Name() string { return "cuda" }
 
+// Available implements model.Backend: the device's free memory plus what
+// the memory pool holds freed for reuse.
+func (b *Backend) Available() int64 {
+	b.flush()
+	free, _, err := b.d.MemInfo()
+	if err != nil {
+		return 0
+	}
+	return free + b.d.MemStats().Cached
+}
+
 // WeightBytes is what one pass over every uploaded weight reads (packed
 // codes plus scales), the numerator of decode's achieved bandwidth.
 func (b *Backend) WeightBytes() int64 {

@@ -29,6 +29,10 @@ import (
 type Backend interface {
 	// Name identifies the backend in messages ("cpu", "cuda").
 	Name() string
+	// Available is the memory the backend can still allocate, in bytes (0
+	// where it cannot tell): a session checks that its weights, cache and
+	// buffers fit before it allocates any of them.
+	Available() int64
 	// Upload makes weights resident, once per weight and session. Weights
 	// uploaded together are read by the same input (q/k/v, gate/up): the
 	// backend may store them as one matrix and run a Linear over them as

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"lowbit/quantize"
@@ -56,6 +59,26 @@ func (c *CPU) workers() int {
 
 // Name implements Backend.
 func (c *CPU) Name() string { return "cpu" }
+
+// Available implements Backend: the kernel's estimate of the memory
+// available (MemAvailable in /proc/meminfo), 0 where there is none.
+func (c *CPU) Available() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil && kb > 0 {
+					return kb << 10
+				}
+			}
+		}
+	}
+	return 0
+}
 
 // Upload implements Backend: the weights' data is used where it is (q4
 // and q8 scales are widened to float32 for the kernels of cpu_quant.go).

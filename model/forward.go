@@ -97,11 +97,14 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 	if c.EmbedScale {
 		s.embedScale = float32(math.Sqrt(float64(c.HiddenSize)))
 	}
+	qDim, kvDim := c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
+	s.shape = CacheShape{Layers: c.NumLayers, Slots: s.slots, Positions: s.ctx, KVDim: kvDim, HeadDim: c.HeadDim, Type: opts.KVCache}
+	if err := s.fits(); err != nil {
+		return nil, err
+	}
 	if err := s.bind(); err != nil {
 		return nil, err
 	}
-	qDim, kvDim := c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
-	s.shape = CacheShape{Layers: c.NumLayers, Slots: s.slots, Positions: s.ctx, KVDim: kvDim, HeadDim: c.HeadDim, Type: opts.KVCache}
 	if s.cache, err = s.be.NewCache(s.shape); err != nil {
 		return nil, fmt.Errorf("model: %s: %w", s.be.Name(), err)
 	}
