@@ -28,13 +28,17 @@ type attnDecode struct {
 	part, count Buffer
 }
 
+// attnSplitBlocks is the most blocks attnDecodeSplit spreads a layer's
+// kv heads' query heads over.
+const attnSplitBlocks = 32
+
 // attnDecodeSplit is how many blocks the g query heads of a kv head are
-// spread over: the largest divisor of g that keeps kvHeads*split within 32
+// spread over: the largest divisor of g that keeps kvHeads*split within
 // blocks (few kv heads, large groups: TinyLlama's 4 x 8 become 32 blocks).
-func attnDecodeSplit(g, kvHeads int) int {
+func attnDecodeSplit(g, kvHeads, blocks int) int {
 	split := 1
 	for d := 2; d <= g; d++ {
-		if g%d == 0 && kvHeads*d <= 32 {
+		if g%d == 0 && kvHeads*d <= blocks {
 			split = d
 		}
 	}
@@ -62,7 +66,7 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window, slots int,
 	if d.exp.noAttnDecode {
 		return nil, errors.New("gpu: attention: attn_decode disabled by LOWBIT_ATTN_DECODE=off")
 	}
-	split := attnDecodeSplit(heads/kvHeads, kvHeads)
+	split := attnDecodeSplit(heads/kvHeads, kvHeads, cmp.Or(d.exp.attnBlocks, attnSplitBlocks))
 	g := heads / kvHeads / split // query heads a block
 	g2 := 1
 	for g2 < g {

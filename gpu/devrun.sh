@@ -227,6 +227,15 @@ parallel() {
 	cat "$OUT/load-parallel.txt" | tee -a "$OUT/summary.txt"
 }
 
+# attnsweep: decode at depth with decode attention's split and slice
+# retuned (LOWBIT_ATTN_BLOCKS, LOWBIT_ATTN_SLICE).
+attnsweep() {
+	DEPTH=1900 bench tinyllama 4
+	for b in 4 8 16; do for sl in 32 64 128; do DEPTH=1900 bench tinyllama 4 LOWBIT_ATTN_BLOCKS=$b LOWBIT_ATTN_SLICE=$sl; done; done
+	DEPTH=3900 bench llama2-7b 4
+	for sl in 64 128; do DEPTH=3900 bench llama2-7b 4 LOWBIT_ATTN_SLICE=$sl; done
+}
+
 # kernels: lowbit validate --kernels on the GPU.
 kernels() {
 	"$BIN/lowbit" validate --kernels --device cuda >"$OUT/validate.log" 2>&1

@@ -13,6 +13,10 @@ type experiments struct {
 	// attnSlice sets the positions a slice of decode attention takes
 	// (LOWBIT_ATTN_SLICE; 0: attnSliceLen).
 	attnSlice int
+	// attnBlocks sets the most blocks a layer's kv heads spread their
+	// query heads over in decode attention (LOWBIT_ATTN_BLOCKS; 0:
+	// attnSplitBlocks).
+	attnBlocks int
 	// noPDL launches every kernel fully serialized (LOWBIT_PDL=off).
 	noPDL bool
 	// noGated keeps the gated MLP's activation out of the gate/up products

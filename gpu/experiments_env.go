@@ -25,6 +25,13 @@ func readExperiments() (experiments, error) {
 		}
 		e.attnSlice = n
 	}
+	if v := os.Getenv("LOWBIT_ATTN_BLOCKS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return e, fmt.Errorf("gpu: LOWBIT_ATTN_BLOCKS=%q is not a positive number of blocks", v)
+		}
+		e.attnBlocks = n
+	}
 	for _, s := range strings.Split(os.Getenv("LOWBIT_SKIP"), ",") {
 		if s != "" {
 			e.skip[s] = true
