@@ -236,6 +236,16 @@ attnsweep() {
 	for sl in 64 128; do DEPTH=3900 bench llama2-7b 4 LOWBIT_ATTN_SLICE=$sl; done
 }
 
+# attnsplit: TinyLlama decode with four query heads a block and slices of
+# 128 against today's split, at depths from 0 to 1900.
+attnsplit() {
+	for d in 0 512 1900; do
+		DEPTH=$d bench tinyllama 4
+		DEPTH=$d bench tinyllama 4 LOWBIT_ATTN_BLOCKS=8 LOWBIT_ATTN_SLICE=128
+		DEPTH=$d bench tinyllama 4 LOWBIT_ATTN_BLOCKS=8 LOWBIT_ATTN_SLICE=256
+	done
+}
+
 # kernels: lowbit validate --kernels on the GPU.
 kernels() {
 	"$BIN/lowbit" validate --kernels --device cuda >"$OUT/validate.log" 2>&1
