@@ -32,6 +32,21 @@ type attnDecode struct {
 // kv heads' query heads over.
 const attnSplitBlocks = 32
 
+// Past attnLongFrom positions a token attends with a plan of its own
+// (graphs of their own): where the kv heads share their keys among
+// several query heads, few blocks take a kv head's heads together, over
+// slices of attnLongSlice positions, so each key is read once for them,
+// and the slices give the blocks; at short contexts spreading the heads
+// over blocks keeps the GPU busier.
+const (
+	attnLongFrom   = 1024
+	attnLongBlocks = 8
+	attnLongSlice  = 128
+)
+
+// longAt says a token at position pos attends with the long plan.
+func longAt(pos int) bool { return pos >= attnLongFrom }
+
 // attnDecodeSplit is how many blocks the g query heads of a kv head are
 // spread over: the largest divisor of g that keeps kvHeads*split within
 // blocks (few kv heads, large groups: TinyLlama's 4 x 8 become 32 blocks).
@@ -59,14 +74,18 @@ func attnDecodeSlices(visible, sliceLen int) int {
 // cache of positions stored as typ (window: the visible positions, 0 for
 // all), or reports why the kernel does not take this layout (device
 // thread).
-func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window, slots int, typ model.KVType) (*attnDecode, error) {
+func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window, slots int, typ model.KVType, long bool) (*attnDecode, error) {
 	if kvHeads <= 0 || heads%kvHeads != 0 {
 		return nil, fmt.Errorf("gpu: attention: %d heads are not a multiple of %d kv heads", heads, kvHeads)
 	}
 	if d.exp.noAttnDecode {
 		return nil, errors.New("gpu: attention: attn_decode disabled by LOWBIT_ATTN_DECODE=off")
 	}
-	split := attnDecodeSplit(heads/kvHeads, kvHeads, cmp.Or(d.exp.attnBlocks, attnSplitBlocks))
+	blocks, sliceLen := attnSplitBlocks, attnSliceLen
+	if long && heads/kvHeads > 1 {
+		blocks, sliceLen = attnLongBlocks, attnLongSlice
+	}
+	split := attnDecodeSplit(heads/kvHeads, kvHeads, cmp.Or(d.exp.attnBlocks, blocks))
 	g := heads / kvHeads / split // query heads a block
 	g2 := 1
 	for g2 < g {
@@ -79,7 +98,7 @@ func (d *Device) newAttnDecode(heads, kvHeads, hd, positions, window, slots int,
 	if window > 0 {
 		visible = min(window, positions)
 	}
-	sliceLen := cmp.Or(d.exp.attnSlice, attnSliceLen)
+	sliceLen = cmp.Or(d.exp.attnSlice, sliceLen)
 	a := &attnDecode{name: fmt.Sprintf("attn_decode_%d_%d", hd, g2), split: split, sliceLen: sliceLen,
 		slices: attnDecodeSlices(visible, sliceLen)}
 	// Where a lane holds four of a head's dimensions (32/g2 lanes a head)

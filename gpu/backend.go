@@ -131,7 +131,7 @@ type gpuCache struct {
 	// on first use; nil where attn_decode does not take the layout); rope
 	// the rotation tables (ropeTable) for the cache's positions, by
 	// rotation.
-	dec  map[int]*attnDecode
+	dec  map[decodeKey]*attnDecode
 	rope map[*gpuMat]Buffer
 }
 
@@ -453,7 +453,7 @@ func (b *Backend) NewCache(s model.CacheShape) (model.Cache, error) {
 	}
 	per := 2 * (vals + scales)
 	parts := int64(s.Layers) * int64(s.Slots)
-	c := &gpuCache{shape: s, stride: per, dec: map[int]*attnDecode{}, rope: map[*gpuMat]Buffer{}}
+	c := &gpuCache{shape: s, stride: per, dec: map[decodeKey]*attnDecode{}, rope: map[*gpuMat]Buffer{}}
 	err := b.d.do(func() (err error) {
 		if c.all, err = b.d.alloc(parts*per, MemKV); err != nil {
 			return err
@@ -564,11 +564,16 @@ func (b *Backend) Step(ctx context.Context, st *model.Step, pass func() error) (
 	// steps chain.
 	graph := st.Key != nil && !b.noGraphs && oneEach(st.Seqs) && (len(st.Seqs) == 1 || !b.batchDirect)
 	decode := graph && len(st.Seqs) == 1
-	if !decode || !b.chained(st.Key, seq.Tokens, seq.Pos, st.Want) {
+	// A decode step's graph is one of two: decode attention split for
+	// short or for long contexts (attnLongFrom).
+	key := st.Key
+	if decode && longAt(seq.Pos) {
+		key = longStep{st.Key}
+	}
+	if !decode || !b.chained(key, seq.Tokens, seq.Pos, st.Want) {
 		b.setSteps(st.Seqs)
 		var err error
 		if graph {
-			key := st.Key
 			if len(st.Seqs) > 1 {
 				// one graph for each number of sequences
 				key = batchGraph{st.Key, len(st.Seqs)}
@@ -602,7 +607,7 @@ func (b *Backend) Step(ctx context.Context, st *model.Step, pass func() error) (
 				var err error
 				if decode && seq.Pos+2 <= c.shape.Positions {
 					// The next step, on this id, is queued before it comes back.
-					id, err = b.chainDraw(st.Key, seq, row, vocab, d, p)
+					id, err = b.chainDraw(key, seq, row, vocab, d, p)
 				} else {
 					id, err = b.drawOnce(row, vocab, d, p)
 				}
@@ -620,7 +625,7 @@ func (b *Backend) Step(ctx context.Context, st *model.Step, pass func() error) (
 			var err error
 			if decode && w.TopK == 0 && seq.Pos+2 <= c.shape.Positions {
 				// The next step, on this id, is queued before it comes back.
-				id, err = b.chainGreedy(st.Key, row, vocab)
+				id, err = b.chainGreedy(key, row, vocab)
 			} else {
 				id, err = b.argmax(row, vocab)
 			}
@@ -650,6 +655,9 @@ func (b *Backend) Step(ctx context.Context, st *model.Step, pass func() error) (
 	}
 	return res, b.run(nil)
 }
+
+// longStep names the graph of a decode step at a long position.
+type longStep struct{ key any }
 
 // batchGraph names the graph of a batch step of n decode tokens.
 type batchGraph struct {
@@ -777,9 +785,10 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.Cache, layer int, a
 		return
 	}
 	slots, seqs, positions := c.shape.Slots, b.seqs, c.shape.Positions
+	long, slot := seqs == nil && longAt(b.first), b.slot
 	b.op("attention", func() error {
 		if seqs == nil {
-			return b.attend(c, a, rope, n, qb, kb, vb, ob, c.rows[layer*slots+b.slot], b.pos)
+			return b.attend(c, a, rope, n, qb, kb, vb, ob, c.rows[layer*slots+slot], b.pos, long)
 		}
 		// Several sequences: rotated together, then each over its own
 		// cache slot.
@@ -792,7 +801,7 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.Cache, layer int, a
 			}
 		}
 		qr, kr := int64(4*a.Heads*a.HeadDim), int64(4*kvd)
-		dec := c.decode(b.d, a, positions)
+		dec := c.decode(b.d, a, positions, false)
 		for i := 0; i < len(seqs); {
 			sq := seqs[i]
 			r, m := int64(sq.row), int64(sq.n)
@@ -814,7 +823,7 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.Cache, layer int, a
 				b.batchDirect = true
 			}
 			if err := b.attend(c, a, nil, sq.n, qb.Slice(r*qr, m*qr), kb.Slice(r*kr, m*kr), vb.Slice(r*kr, m*kr), ob.Slice(r*qr, m*qr),
-				c.rows[layer*slots+sq.slot], b.pos.Slice(4*r, 4*m)); err != nil {
+				c.rows[layer*slots+sq.slot], b.pos.Slice(4*r, 4*m), false); err != nil {
 				return err
 			}
 			i++
@@ -829,10 +838,10 @@ func (b *Backend) Attention(out, q, k, v model.Buf, kc model.Cache, layer int, a
 // through rope and attn_prefill (flash style) where its head size is
 // built, else the general kernel. rope nil: q and k are rotated already
 // (device thread).
-func (b *Backend) attend(c *gpuCache, a model.Attn, rope *gpuMat, n int, qb, kb, vb, ob Buffer, rows kvRows, pos Buffer) error {
+func (b *Backend) attend(c *gpuCache, a model.Attn, rope *gpuMat, n int, qb, kb, vb, ob Buffer, rows kvRows, pos Buffer, long bool) error {
 	positions := c.shape.Positions
 	if n == 1 {
-		dec := c.decode(b.d, a, positions)
+		dec := c.decode(b.d, a, positions, long)
 		var cs Buffer
 		var err error
 		if dec != nil && rope != nil {
@@ -867,17 +876,25 @@ func (b *Backend) attend(c *gpuCache, a model.Attn, rope *gpuMat, n int, qb, kb,
 	return b.d.attention(qb, rows, ob, n, a.Heads, a.KVHeads, a.HeadDim, positions, pos, a.Scale, a.SoftCap, a.Window, Buffer{}, Buffer{})
 }
 
-// decode is the cache's attn_decode plan for a's layout and window (made
-// on first use), or nil where the kernel does not take it (device
-// thread).
-func (c *gpuCache) decode(d *Device, a model.Attn, positions int) *attnDecode {
-	p, ok := c.dec[a.Window]
+// decodeKey names a cache's attn_decode plans: by window, and for short
+// or long contexts (attnLongFrom).
+type decodeKey struct {
+	window int
+	long   bool
+}
+
+// decode is the cache's attn_decode plan for a's layout and window, for
+// a token at a long position or not (made on first use), or nil where the
+// kernel does not take it (device thread).
+func (c *gpuCache) decode(d *Device, a model.Attn, positions int, long bool) *attnDecode {
+	k := decodeKey{a.Window, long}
+	p, ok := c.dec[k]
 	if !ok {
 		var err error
-		if p, err = d.newAttnDecode(a.Heads, a.KVHeads, a.HeadDim, positions, a.Window, c.shape.Slots, c.shape.Type); err != nil {
+		if p, err = d.newAttnDecode(a.Heads, a.KVHeads, a.HeadDim, positions, a.Window, c.shape.Slots, c.shape.Type, long); err != nil {
 			p = nil // the general kernel takes it
 		}
-		c.dec[a.Window] = p
+		c.dec[k] = p
 	}
 	return p
 }

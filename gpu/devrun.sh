@@ -236,6 +236,18 @@ attnsweep() {
 	for sl in 64 128; do DEPTH=3900 bench llama2-7b 4 LOWBIT_ATTN_SLICE=$sl; done
 }
 
+# longplan: decode at depth with the long-context plan against the short
+# one everywhere (LOWBIT_ATTN_BLOCKS=32 LOWBIT_ATTN_SLICE=256).
+longplan() {
+	for d in 0 512 1900; do
+		DEPTH=$d bench tinyllama 4
+		DEPTH=$d bench tinyllama 4 LOWBIT_ATTN_BLOCKS=32 LOWBIT_ATTN_SLICE=256
+	done
+	DEPTH=3900 bench llama2-7b 4
+	DEPTH=3900 bench llama3.1-8b 4
+	DEPTH=3900 bench llama3.1-8b 4 LOWBIT_ATTN_BLOCKS=32 LOWBIT_ATTN_SLICE=256
+}
+
 # attnsplit: TinyLlama decode with four query heads a block and slices of
 # 128 against today's split, at depths from 0 to 1900.
 attnsplit() {
