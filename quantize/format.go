@@ -197,9 +197,9 @@ type Options struct {
 	FirstRow int
 	// Importance, when set, holds one non-negative weight per column (cols
 	// values): how much an error in that input feature costs the output,
-	// from calibration activations. A format's search minimizes the error
-	// weighted by it instead of the plain squared error. Nil weighs all
-	// columns alike.
+	// from calibration activations. A format's search (with Search)
+	// minimizes the error weighted by it instead of the plain squared
+	// error. Nil weighs all columns alike.
 	Importance []float32
 }
 
