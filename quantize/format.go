@@ -34,6 +34,10 @@ const (
 	TQ2  Format = "tq2"
 )
 
+// Formats lists every format, the floats first: what a caller offering a
+// choice of formats (a mixed-precision plan, a sweep) iterates over.
+func Formats() []Format { return []Format{F32, F16, BF16, Q8, Q4, Q2, Q1, TQ2} }
+
 // block is the number of weights in the packing unit of every quantized
 // format; group sizes are multiples of it.
 const block = 32

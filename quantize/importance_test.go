@@ -92,8 +92,9 @@ func TestImportanceNeverWorseThanMinMax(t *testing.T) {
 	}
 }
 
-// TestUniformImportance: equal weights change nothing that matters: the
-// error is the unweighted search's to within rounding of the sums.
+// TestUniformImportance: equal weights search what the unweighted search
+// does, then refit: the error is never above the unweighted search's, and
+// close to it.
 func TestUniformImportance(t *testing.T) {
 	const rows, cols = 64, 256
 	r := rand.New(rand.NewPCG(15, 16))
@@ -108,8 +109,8 @@ func TestUniformImportance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := math.Abs(uni.SqErr-plain.SqErr) / plain.SqErr; d > 1e-3 {
-			t.Errorf("%s: uniform importance error %.6g, none %.6g (%.2g apart)", f, uni.SqErr, plain.SqErr, d)
+		if uni.SqErr > plain.SqErr*(1+1e-6) || uni.SqErr < 0.9*plain.SqErr {
+			t.Errorf("%s: uniform importance error %.6g, none %.6g", f, uni.SqErr, plain.SqErr)
 		}
 	}
 }

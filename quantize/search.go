@@ -121,10 +121,24 @@ func weightedPlainSums(w, imp []float32) (n, sw, sww float64) {
 // weightedCodes quantizes w at (d, m) as asymCodes does and returns the
 // sums weighted by imp; n, sw and sww (weightedPlainSums) are passed in.
 func weightedCodes(w, imp []float32, d, m float32, levels int32, codes []int32, n, sw, sww float64) asymSums {
-	asymCodes(w, d, m, levels, codes, 0, 0)
 	s := asymSums{n: n, sw: sw, sww: sww}
+	if d == 0 {
+		for i := range w {
+			codes[i] = 0
+		}
+		return s
+	}
+	inv, top := 1/d, float32(levels)
 	var sq, sqq, sqw float32
-	for i, q := range codes[:len(w)] {
+	i := 0
+	if k := len(w) &^ 7; haveAVX2 && k > 0 {
+		sq, sqq, sqw = asymCodesWeightedAVX2(&w[0], &imp[0], k, m, inv, top, &codes[0])
+		i = k
+	}
+	for ; i < len(w); i++ {
+		x := min(max((w[i]-m)*inv, 0), top)
+		q := int32(x + 0.5) // x >= 0: rounds half up
+		codes[i] = q
 		a := imp[i] * float32(q)
 		sq += a
 		sqq += a * float32(q)
@@ -210,5 +224,20 @@ func chooseAsym(w, imp []float32, levels int32, search bool, codes []int32) (hal
 		a, b := lo+c[0]*span, hi-c[1]*span
 		try((b-a)/L, a)
 	}
+	if imp != nil {
+		// Weighted, min/max is further from the optimum; refitting the
+		// best candidate's codes until they stop changing recovers part of
+		// the distance (a few rounds of Lloyd's algorithm).
+		for range refits {
+			e := bestErr
+			try(bestD.Float32(), bestM.Float32())
+			if bestErr >= e {
+				break
+			}
+		}
+	}
 	return bestD, bestM
 }
+
+// refits bounds the rounds of refitting after the weighted search.
+const refits = 3

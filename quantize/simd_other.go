@@ -8,3 +8,7 @@ const haveAVX2 = false
 func asymCodesAVX2(w *float32, n int, m, inv, top float32, codes *int32) (sq, sqq int32, sqw float32) {
 	panic("quantize: asymCodesAVX2 without amd64")
 }
+
+func asymCodesWeightedAVX2(w, imp *float32, n int, m, inv, top float32, codes *int32) (sq, sqq, sqw float32) {
+	panic("quantize: asymCodesWeightedAVX2 without amd64")
+}
