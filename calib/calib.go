@@ -73,6 +73,12 @@ type Stats struct {
 	// MeanSq maps each linear weight (HF name) to the mean square of
 	// its input, one value per column.
 	MeanSq map[string][]float32
+	// Gain maps each linear weight to its block's gain: the power the
+	// block it belongs to (attention, or the MLP) adds to the residual
+	// stream over the stream's power at the block's input. A relative
+	// error in the weight's output moves the stream about that much
+	// relative to its size, so it ranks tensors of different blocks.
+	Gain map[string]float64
 }
 
 // Importance is the per-column weight of name's quantization error: its
@@ -98,6 +104,15 @@ func (s *Stats) Importance(name string) []float32 {
 		imp[i] = v + floor
 	}
 	return imp
+}
+
+// gain is name's gain, if measured.
+func (s *Stats) gain(name string) (float64, bool) {
+	if s == nil {
+		return 0, false
+	}
+	g, ok := s.Gain[name]
+	return g, ok
 }
 
 // TextHash is the hex sha256 of a calibration text, as Stats records it.
@@ -169,7 +184,7 @@ func Collect(ctx context.Context, m *model.Model, tok tokenizer.Tokenizer, opts 
 			opts.Progress(min(lo+step, len(ids)), len(ids))
 		}
 	}
-	st := &Stats{Tokens: tokens, TextSHA256: TextHash(text), MeanSq: map[string][]float32{}}
+	st := &Stats{Tokens: tokens, TextSHA256: TextHash(text), MeanSq: map[string][]float32{}, Gain: map[string]float64{}}
 	for name, w := range m.Weights {
 		if m.Config.TensorRole(name) != model.RoleLinear {
 			continue
@@ -186,6 +201,7 @@ func Collect(ctx context.Context, m *model.Model, tok tokenizer.Tokenizer, opts 
 			return nil, fmt.Errorf("calib: weight %s: the input of column %d is not finite (%v)", name, bad, ms[bad])
 		}
 		st.MeanSq[name] = ms
+		st.Gain[name] = site.gain()
 	}
 	return st, nil
 }

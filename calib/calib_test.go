@@ -115,6 +115,9 @@ func TestEveryFamily(t *testing.T) {
 				if sum == 0 {
 					t.Fatalf("%s: all statistics are 0", name)
 				}
+				if g := st.Gain[name]; !(g > 0 && g <= 1) {
+					t.Fatalf("%s: gain %v, want in (0, 1]: a block's share of the stream its reader sees", name, g)
+				}
 				imp := st.Importance(name)
 				for c, v := range imp {
 					if !(v > 0) {

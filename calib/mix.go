@@ -15,9 +15,12 @@ import (
 // weight gets the format, among the candidates, that spends the bits where
 // they lower the error most. A tensor's cost at a format is its
 // importance-weighted squared error over its importance-weighted squared
-// weights: the noise-to-signal ratio of its output over the calibration
-// text, which puts a small tensor (GQA's k and v) on the same footing as a
-// large one: the model reads each output whole, whatever the tensor's size.
+// weights (the noise-to-signal ratio of its output over the calibration
+// text, which puts a small tensor, GQA's k and v, on the same footing as a
+// large one: the model reads each output whole, whatever the tensor's
+// size), times its block's gain (Stats.Gain: how much of what the next
+// layer reads the block wrote), so that a block that adds little to the
+// residual stream is not given the bits of one that adds much.
 
 // Candidate is one way a mixed model may store a linear weight.
 type Candidate struct {
@@ -80,14 +83,20 @@ func SampleRows(n int) []int {
 	return idx
 }
 
-// Measure quantizes w, the rows SampleRows(rows) of a [rows, cols] tensor
-// (len(w) a multiple of cols), to each candidate with the search weighted
-// by imp (nil: uniform), and returns the tensor's costs.
-func Measure(ctx context.Context, name string, w []float32, rows, cols int, imp []float32, cands []Candidate) (Costs, error) {
+// Measure quantizes w, the rows SampleRows(rows) of the [rows, cols]
+// tensor name (len(w) a multiple of cols), to each candidate with the
+// search weighted by st's importance (nil: uniform), and returns the
+// tensor's costs: each candidate's weighted relative error times the
+// tensor's gain (Stats.Gain).
+func Measure(ctx context.Context, st *Stats, name string, w []float32, rows, cols int, cands []Candidate) (Costs, error) {
 	if cols <= 0 || len(w) == 0 || len(w)%cols != 0 {
 		return Costs{}, fmt.Errorf("calib: %s: %d sampled values are not rows of %d", name, len(w), cols)
 	}
 	n := len(w) / cols
+	imp, gain := st.Importance(name), 1.0
+	if g, ok := st.gain(name); ok {
+		gain = g
+	}
 	c := Costs{Name: name, Params: int64(rows) * int64(cols), Bits: make([]float64, len(cands)), Err: make([]float64, len(cands))}
 	var ref float64
 	for i, v := range w {
@@ -110,7 +119,7 @@ func Measure(ctx context.Context, name string, w []float32, rows, cols int, imp 
 			d := float64(dq[i]) - float64(v)
 			e += weight(imp, i%cols) * d * d
 		}
-		c.Err[k] = e / max(ref, math.SmallestNonzeroFloat64)
+		c.Err[k] = gain * e / max(ref, math.SmallestNonzeroFloat64)
 	}
 	return c, nil
 }

@@ -1,6 +1,7 @@
 package calib
 
 import (
+	"context"
 	"math"
 
 	"lowbit/model"
@@ -11,6 +12,15 @@ import (
 // input (normed as the product will see it) to the statistics of the
 // weights that read it. Products that read one input (q, k and v; gate and
 // up) share one site.
+//
+// It also follows the residual stream: the products from a Linear that
+// reads the stream to the one that adds to it (attention's q, k, v and o;
+// the MLP's gate, up and down) form a block. Where the stream is read
+// next, through its norm, the block's gain is measured as that reader sees
+// it: the power of what the block added over the power of the whole
+// stream, each normed and scaled by the reader's gains. A relative error
+// in the block's outputs moves what the rest of the model reads by about
+// that much.
 type recorder struct {
 	model.Backend
 	// weights are the uploaded weights by Mat id (the norms' gains are read
@@ -18,13 +28,29 @@ type recorder struct {
 	weights map[int]*model.Weight
 	// sites are the statistics by the Mat id of each weight that reads them.
 	sites map[int]*site
-	x, xn []float32
+	// open are the sites of the block under way; added is what the last
+	// closed block added to the stream (buffer dst), waiting for the next
+	// reader (block nil: none waits).
+	open  []*site
+	added struct {
+		block *block
+		dst   model.Buf
+		delta []float32
+	}
+	x, xn, before []float32
 }
 
 // site accumulates one Linear input's column statistics.
 type site struct {
 	sumSq []float64
 	rows  int
+	block *block
+}
+
+// block accumulates one block's powers as the next reader of the stream
+// sees them: what the block added, and the whole stream.
+type block struct {
+	addPow, streamPow float64
 }
 
 func newRecorder(b model.Backend) *recorder {
@@ -43,38 +69,106 @@ func (r *recorder) Upload(group ...*model.Weight) ([]model.Mat, error) {
 	return mats, nil
 }
 
-// Linear implements model.Backend: the statistics, then the products.
-func (r *recorder) Linear(x model.Buf, norm model.Norm, outs ...model.Output) {
-	if len(outs) > 0 {
-		r.record(x, norm, outs)
-	}
-	r.Backend.Linear(x, norm, outs...)
+// Step implements model.Backend: a pass starts with no block open.
+func (r *recorder) Step(ctx context.Context, st *model.Step, pass func() error) (*model.StepResult, error) {
+	r.open, r.added.block = r.open[:0], nil
+	return r.Backend.Step(ctx, st, pass)
 }
 
-// record adds x's column squares to the site of outs.
-func (r *recorder) record(x model.Buf, norm model.Norm, outs []model.Output) {
+// Linear implements model.Backend: the statistics, then the products.
+func (r *recorder) Linear(x model.Buf, norm model.Norm, outs ...model.Output) {
+	if len(outs) == 0 {
+		r.Backend.Linear(x, norm, outs...)
+		return
+	}
+	s := r.record(x, norm, outs)
+	adds := len(outs) == 1 && outs[0].Add && s != nil && len(r.open) > 0
+	if adds {
+		// What the product adds is the stream after it less before it.
+		r.before = grow(r.before, outs[0].Dst.Len())
+		adds = r.Backend.Read(r.before, outs[0].Dst) == nil
+	}
+	r.Backend.Linear(x, norm, outs...)
+	if !adds {
+		return
+	}
+	a := &r.added
+	a.delta = grow(a.delta, outs[0].Dst.Len())
+	if r.Backend.Read(a.delta, outs[0].Dst) != nil {
+		return
+	}
+	for i, v := range r.before {
+		a.delta[i] -= v
+	}
+	b := r.open[0].block
+	if b == nil {
+		b = &block{}
+	}
+	for _, o := range append(r.open, s) {
+		o.block = b
+	}
+	a.block, a.dst = b, outs[0].Dst
+	r.open = r.open[:0]
+}
+
+// seen adds, for the block waiting for a reader, what the reader of rows
+// in (the stream, at buffer x) sees of the block's addition and of the
+// whole stream, normed by each row's RMS and scaled by gain.
+func (r *recorder) seen(x model.Buf, in, gain []float32, eps float32) {
+	a := &r.added
+	cols := len(gain)
+	if a.block == nil || x.ID() != a.dst.ID() || x.Off() < a.dst.Off() || x.Off()+x.Len() > a.dst.Off()+a.dst.Len() {
+		return
+	}
+	delta := a.delta[x.Off()-a.dst.Off():]
+	for row := 0; row < len(in)/cols; row++ {
+		v, d := in[row*cols:(row+1)*cols], delta[row*cols:(row+1)*cols]
+		var ss float64
+		for _, h := range v {
+			ss += float64(h) * float64(h)
+		}
+		inv := 1 / (ss/float64(cols) + float64(eps))
+		for j, g := range gain {
+			g2 := float64(g) * float64(g) * inv
+			a.block.addPow += g2 * float64(d[j]) * float64(d[j])
+			a.block.streamPow += g2 * float64(v[j]) * float64(v[j])
+		}
+	}
+	a.block = nil
+}
+
+// grow is buf with room for n values.
+func grow(buf []float32, n int) []float32 {
+	if cap(buf) < n {
+		return make([]float32, n)
+	}
+	return buf[:n]
+}
+
+// record adds x's column squares to the site of outs, and returns the site.
+func (r *recorder) record(x model.Buf, norm model.Norm, outs []model.Output) *site {
 	cols := outs[0].W.Cols()
 	if cols <= 0 || x.Len()%cols != 0 {
-		return // the wrapped backend reports the mismatch
+		return nil // the wrapped backend reports the mismatch
 	}
-	if cap(r.x) < x.Len() {
-		r.x, r.xn = make([]float32, x.Len()), make([]float32, cols)
-	}
-	in := r.x[:x.Len()]
+	r.x, r.xn = grow(r.x, x.Len()), grow(r.xn, cols)
+	in, xn := r.x, r.xn
 	if err := r.Backend.Read(in, x); err != nil {
-		return // a failed step fails in Step too
+		return nil // a failed step fails in Step too
 	}
 	var gain []float32
 	var eps float32
 	if norm.W.Valid() {
 		g := r.weights[norm.W.ID()]
 		if g == nil || len(g.F32) != cols {
-			return
+			return nil
 		}
 		gain, eps = g.F32, norm.Eps
 	}
+	if gain != nil {
+		r.seen(x, in, gain, eps)
+	}
 	s := r.siteFor(outs, cols)
-	xn := r.xn[:cols]
 	for row := 0; row < len(in)/cols; row++ {
 		v := in[row*cols : (row+1)*cols]
 		if gain != nil {
@@ -95,6 +189,10 @@ func (r *recorder) record(x model.Buf, norm model.Norm, outs []model.Output) {
 		}
 		s.rows++
 	}
+	if !outs[0].Add {
+		r.open = append(r.open, s)
+	}
+	return s
 }
 
 // siteFor is the site of the weights of outs, made at their first product.
@@ -136,4 +234,12 @@ func sameMemory(a, b []float32) bool {
 		return false
 	}
 	return &a[:cap(a)][cap(a)-1] == &b[:cap(b)][cap(b)-1]
+}
+
+// gain is the block gain of a site (1 when its block was never read).
+func (s *site) gain() float64 {
+	if s.block == nil || !(s.block.streamPow > 0) {
+		return 1
+	}
+	return s.block.addPow / s.block.streamPow
 }
