@@ -41,10 +41,24 @@ const DefaultSource = "built-in"
 // Method names what the statistics are, as the manifest records it.
 const Method = "mean-square-activation"
 
-// DefaultMaxTokens bounds the tokens run through the model: enough for
-// stable column statistics, few enough that a 1B-parameter model's float
-// pass over them costs less than its quantization on two cores.
-const DefaultMaxTokens = 256
+// DefaultTokens is how many tokens of the text a model of params weights
+// runs over when Options.MaxTokens is 0: the more the steadier the
+// statistics, but the pass costs params × tokens while quantizing costs
+// params, so a large model gets fewer: 256 from a billion weights up (the
+// pass then costs about what quantizing does), up to 4096 for small ones.
+func DefaultTokens(params int64) int {
+	const budget = 256 << 30 // tokens × weights
+	if params <= 0 {
+		return maxDefaultTokens
+	}
+	return int(min(max(budget/params, minDefaultTokens), maxDefaultTokens))
+}
+
+// The bounds of DefaultTokens.
+const (
+	minDefaultTokens = 256
+	maxDefaultTokens = 4096
+)
 
 // DefaultWindow is the longest sequence one pass reads (a shorter context
 // caps it); the text is cut into windows, each starting afresh.
@@ -54,7 +68,7 @@ const DefaultWindow = 256
 type Options struct {
 	// Text is the calibration text (DefaultText when empty).
 	Text string
-	// MaxTokens caps the tokens of the text used (0: DefaultMaxTokens).
+	// MaxTokens caps the tokens of the text used (0: DefaultTokens).
 	MaxTokens int
 	// Window is the most tokens per sequence (0: DefaultWindow).
 	Window int
@@ -137,7 +151,11 @@ func Collect(ctx context.Context, m *model.Model, tok tokenizer.Tokenizer, opts 
 	}
 	maxTok := opts.MaxTokens
 	if maxTok <= 0 {
-		maxTok = DefaultMaxTokens
+		var params int64
+		for _, w := range m.Weights {
+			params += int64(w.Rows) * int64(w.Cols)
+		}
+		maxTok = DefaultTokens(params)
 	}
 	ids = ids[:min(len(ids), maxTok)]
 	if len(ids) == 0 {

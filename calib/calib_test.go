@@ -162,6 +162,19 @@ func TestEveryFamily(t *testing.T) {
 	}
 }
 
+// TestDefaultTokens: small models read more of the text, a billion
+// weights and more the least.
+func TestDefaultTokens(t *testing.T) {
+	for _, tc := range []struct {
+		params int64
+		want   int
+	}{{0, 4096}, {260_000, 4096}, {100 << 20, 2621}, {1100_000_000, 256}, {7e9, 256}} {
+		if got := DefaultTokens(tc.params); got != tc.want {
+			t.Errorf("DefaultTokens(%d) = %d, want %d", tc.params, got, tc.want)
+		}
+	}
+}
+
 // TestBadText: an empty text or one outside the vocabulary is an error.
 func TestBadText(t *testing.T) {
 	m, tok := load(t, fixture.Llama())
@@ -188,9 +201,11 @@ func TestDefaultTextOnStories(t *testing.T) {
 	if len(st.MeanSq) != 35 {
 		t.Errorf("%d weights measured, want stories260K's 35", len(st.MeanSq))
 	}
-	// BOS opens each window of DefaultWindow-1 text tokens.
-	if want := DefaultMaxTokens + (DefaultMaxTokens+DefaultWindow-2)/(DefaultWindow-1); st.Tokens != want {
-		t.Errorf("%d tokens, want %d", st.Tokens, want)
+	// A model this small reads the whole text, BOS opening each window of
+	// DefaultWindow-1 text tokens.
+	ids, _ := tok.Encode(DefaultText, false)
+	if want := len(ids) + (len(ids)+DefaultWindow-2)/(DefaultWindow-1); len(ids) > maxDefaultTokens || st.Tokens != want {
+		t.Errorf("%d tokens of a text of %d, want %d", st.Tokens, len(ids), want)
 	}
 	if st.TextSHA256 != TextHash(DefaultText) {
 		t.Error("the text hash is not the built-in text's")

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"lowbit/calib"
 	"lowbit/internal/atomicfile"
 	"lowbit/internal/safefile"
 	"lowbit/manifest"
@@ -36,7 +37,9 @@ type Options struct {
 	Out string
 	// Store holds converted models by default and extracts the embedded demo.
 	Store store.Store
-	// Bits is the format of linear weights: 1, 2, 4, 8 or ternary (also q1...q8, tq2, f16, bf16, f32).
+	// Bits is the format of linear weights: 1, 2, 4, 8 or ternary (also
+	// q1...q8, tq2, f16, bf16, f32), or a number of bits per linear weight
+	// that is no format's (3.5): a mix of formats chosen by calibration.
 	Bits      string
 	GroupSize int
 	// TableGroupSize is the group of the token embeddings and the output
@@ -48,7 +51,15 @@ type Options struct {
 	EmbeddingBits string
 	OutputBits    string
 	// NoSearch turns the clipping and scale search off (plain min/max).
-	NoSearch       bool
+	NoSearch bool
+	// Calib is the calibration text: the float model runs over it and the
+	// search weighs each input column's error by its mean square input
+	// ("": the built-in text, calib.DefaultText).
+	Calib string
+	// NoCalib skips calibration: the search weighs every column alike.
+	NoCalib bool
+	// CalibTokens caps the calibration's tokens (0: calib.DefaultTokens, by the model's size).
+	CalibTokens    int
 	Force          bool
 	AllowNonFinite bool
 	// NPZ also writes the stored tensors as model.npz for numpy tools.
@@ -95,12 +106,29 @@ type Result struct {
 // settings are Options resolved to formats.
 type settings struct {
 	linear, embedding, output quantize.Format
-	groupSize                 int
-	tableGroupSize            int // 0: the table format's TableGroupSize or groupSize (tableGroup)
-	search                    bool
-	allowNonFinite            bool
-	workers                   int
-	bitnetLinearClass         string // quantization_config.linear_class of a packed BitNet checkpoint
+	// target, when set, mixes the linear weights' formats to this many
+	// bits per weight on average (linear is then empty).
+	target            float64
+	groupSize         int
+	tableGroupSize    int // 0: the table format's TableGroupSize or groupSize (tableGroup)
+	search            bool
+	allowNonFinite    bool
+	workers           int
+	bitnetLinearClass string // quantization_config.linear_class of a packed BitNet checkpoint
+	// calibrate runs the calibration pass over calibText (its name
+	// calibSource), at most calibTokens tokens; stats is its result.
+	calibrate              bool
+	calibText, calibSource string
+	calibTokens            int
+	stats                  *calib.Stats
+}
+
+// name is what the linear weights are stored as: their format, or the mix's name.
+func (s settings) name() string {
+	if s.target > 0 {
+		return calib.TargetName(s.target)
+	}
+	return string(s.linear)
 }
 
 // auxFiles are copied from the source directory when present.
@@ -154,6 +182,22 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err := checkOut(out, snap.Dir, opts.Force); err != nil {
 		return nil, err
 	}
+	if why := noCalibration(s, plans); why != "" {
+		if s.calibrate && opts.Calib != "" {
+			notes = append(notes, fmt.Sprintf("--calib %s not used: %s", opts.Calib, why))
+		}
+		s.calibrate = false
+	}
+	if s.calibrate {
+		if s.stats, err = calibrate(ctx, snap.Dir, plans, s, opts.Progress); err != nil {
+			return nil, err
+		}
+	}
+	if s.target > 0 {
+		if err := planMix(ctx, set, plans, s, opts.Progress); err != nil {
+			return nil, err
+		}
+	}
 	dir, err := atomicfile.CreateDir(out)
 	if err != nil {
 		return nil, fmt.Errorf("create output: %w", err)
@@ -165,8 +209,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		FormatVersion: manifest.FormatVersion,
 		LowbitVersion: opts.Version,
 		Quantization: manifest.Quantization{
-			Format: string(s.linear), GroupSize: s.groupSize, EmbeddingFormat: string(s.embedding),
+			Format: s.name(), GroupSize: s.groupSize, EmbeddingFormat: string(s.embedding),
 			OutputFormat: string(s.output), Search: s.search, AllowNonFinite: s.allowNonFinite,
+			TargetBits: s.target, Calibration: calibrationRecord(s),
 		},
 	}
 	if m.Architecture, err = json.Marshal(cfg); err != nil {
@@ -201,7 +246,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	var report *validate.Report
 	if !opts.NoValidate {
-		if report, err = validateOutput(ctx, tmp, out, validationReference(snap.Dir, plans), s.linear, opts.Progress); err != nil {
+		if report, err = validateOutput(ctx, tmp, out, validationReference(snap.Dir, plans), linearFormats(plans), opts.Progress); err != nil {
 			return nil, fmt.Errorf("validate: %w", err)
 		}
 		m.Validation = validationRecord(report)
@@ -216,7 +261,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{
-		OutDir: out, Source: m.Source, Summary: m.Summary, Format: string(s.linear),
+		OutDir: out, Source: m.Source, Summary: m.Summary, Format: s.name(),
 		Tensors: len(m.Tensors), Seconds: time.Since(start).Seconds(), Manifest: m, Validation: report, Notes: notes,
 	}
 	if report != nil && report.Status != validate.Pass {
@@ -235,6 +280,13 @@ const maxWorkers = 256
 // quantized in buffers of its size, and no model's rows are longer.
 const maxGroupSize = 1 << 16
 
+// maxCalibSize bounds the --calib file: calibration reads a few hundred
+// tokens of it, so a larger file is a mistake (or /dev/zero) to refuse.
+const maxCalibSize = 64 << 20
+
+// maxTargetBits bounds a mix's --bits: no quantized format stores more.
+const maxTargetBits = 16
+
 func resolveSettings(opts Options, cfg model.Config) (settings, error) {
 	bits := opts.Bits
 	if bits == "" {
@@ -245,8 +297,20 @@ func resolveSettings(opts Options, cfg model.Config) (settings, error) {
 	}
 	var s settings
 	var err error
-	if s.linear, err = quantize.ParseFormat(bits); err != nil {
-		return s, fmt.Errorf("--bits: %w", err)
+	if t, ok := calib.ParseTarget(bits); ok {
+		switch {
+		case opts.NoCalib:
+			return s, fmt.Errorf("--bits %s mixes formats by what calibration measures: drop --no-calib", bits)
+		case opts.NoSearch:
+			return s, fmt.Errorf("--bits %s mixes formats by the searched error: drop --no-search", bits)
+		case opts.GroupSize != 0:
+			return s, fmt.Errorf("--bits %s chooses each tensor's group: drop --group-size", bits)
+		case t > maxTargetBits:
+			return s, fmt.Errorf("--bits %s: a mix of more than %d bits per weight is no smaller than float", bits, maxTargetBits)
+		}
+		s.target = t
+	} else if s.linear, err = quantize.ParseFormat(bits); err != nil {
+		return s, fmt.Errorf("--bits: %w (or a number of bits per weight to mix formats to, such as 3.5)", err)
 	}
 	parse := func(flag, v string) (quantize.Format, error) {
 		if v == "" {
@@ -287,6 +351,26 @@ func resolveSettings(opts Options, cfg model.Config) (settings, error) {
 		s.groupSize = s.linear.DefaultGroupSize()
 	}
 	s.search = !opts.NoSearch
+	s.calibrate = !opts.NoCalib
+	if s.calibrate {
+		s.calibText, s.calibSource = calib.DefaultText, calib.DefaultSource
+		if opts.Calib != "" {
+			b, err := safefile.ReadFile(opts.Calib, maxCalibSize)
+			if err != nil {
+				return s, fmt.Errorf("--calib: %w", err)
+			}
+			if strings.TrimSpace(string(b)) == "" {
+				return s, fmt.Errorf("--calib %s: the file holds no text", opts.Calib)
+			}
+			s.calibText, s.calibSource = string(b), opts.Calib
+		}
+	} else if opts.Calib != "" {
+		return s, errors.New("--calib and --no-calib contradict each other")
+	}
+	if opts.CalibTokens < 0 {
+		return s, fmt.Errorf("--calib-tokens %d must be positive", opts.CalibTokens)
+	}
+	s.calibTokens = opts.CalibTokens
 	s.allowNonFinite = opts.AllowNonFinite
 	s.workers = opts.Workers
 	if s.workers <= 0 {
@@ -377,7 +461,7 @@ func outputPath(opts Options, snap *Snapshot, s settings) (string, error) {
 		}
 		name = filepath.Base(abs)
 	}
-	out, err := opts.Store.ModelPath(name + "-" + string(s.linear))
+	out, err := opts.Store.ModelPath(name + "-" + s.name())
 	if err != nil {
 		return "", fmt.Errorf("default output in the model store: %w (give --out)", err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"lowbit/half"
 	"lowbit/manifest"
+	"lowbit/model"
 	"lowbit/quantize"
 	"lowbit/safetensors"
 )
@@ -160,7 +161,11 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 			bar.Add(len(src))
 			continue
 		}
-		q, err := quantize.Quantize(ctx, p.format, x, int(nr), int(cols), quantize.Options{GroupSize: p.group, Search: s.search, TensorScale: tensorScale, FirstRow: int(r0)})
+		opt := quantize.Options{GroupSize: p.group, Search: s.search, TensorScale: tensorScale, FirstRow: int(r0)}
+		if p.role == model.RoleLinear {
+			opt.Importance = s.stats.Importance(p.name)
+		}
+		q, err := quantize.Quantize(ctx, p.format, x, int(nr), int(cols), opt)
 		if err != nil {
 			return e, fmt.Errorf("tensor %s (rows %d-%d): %w", p.name, r0, r0+nr-1, err)
 		}
@@ -218,6 +223,11 @@ func toFloat(p *tensorPlan, src []byte, dst []float32, r0, cols int64, allow boo
 	if err := safetensors.ToFloat32(p.info.DType, src, dst); err != nil {
 		return fmt.Errorf("tensor %s: %w", p.name, err)
 	}
+	return checkFinite(p, dst, r0, cols, allow)
+}
+
+// checkFinite is toFloat's check of NaN and Inf in rows from r0.
+func checkFinite(p *tensorPlan, dst []float32, r0, cols int64, allow bool) error {
 	for i, v := range dst {
 		if v-v != 0 { // NaN and ±Inf give NaN
 			if !allow {

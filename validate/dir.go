@@ -11,6 +11,7 @@ import (
 
 	"lowbit/manifest"
 	"lowbit/model"
+	"lowbit/quantize"
 	"lowbit/tokenizer"
 )
 
@@ -58,7 +59,7 @@ func ModelDir(ctx context.Context, dir string, o DirOptions) (*ModelReport, stri
 	if err != nil {
 		return nil, "", err
 	}
-	th, refWeights := DefaultThresholds(man.Quantization.Format), ""
+	th, refWeights := ManifestThresholds(man), ""
 	if isTernaryPair(quant, man.Quantization.Format) {
 		if err := TernarizeLinears(ctx, refModel); err != nil {
 			return nil, "", err
@@ -74,6 +75,25 @@ func ModelDir(ctx context.Context, dir string, o DirOptions) (*ModelReport, stri
 	}
 	rep.Format, rep.ReferenceWeights = man.Quantization.Format, refWeights
 	return rep, ref, nil
+}
+
+// ManifestThresholds are the default pass marks of a converted model: its
+// linear format's, and for a mix of formats those of the format of most
+// bits per weight at or below the mix's target (a mix at 4.6 bits is held
+// to 4-bit marks, one at 3.5 to 2-bit marks).
+func ManifestThresholds(man *manifest.Manifest) Thresholds {
+	q := man.Quantization
+	if q.TargetBits <= 0 {
+		return DefaultThresholds(q.Format)
+	}
+	best := quantize.Format("")
+	for _, f := range quantize.Formats() {
+		s := f.Spec()
+		if f.Quantized() && !s.Int8Activations && s.Bits <= q.TargetBits && (best == "" || s.Bits > best.Bits()) {
+			best = f
+		}
+	}
+	return DefaultThresholds(string(best))
 }
 
 // FormatCases keeps the cases of the given format (all when empty).

@@ -35,6 +35,7 @@ bench and show find it by that name.`,
   lowbit convert --list-models
   lowbit convert tinyllama --bits 4            # to tinyllama-q4 in the store
   lowbit convert ./TinyLlama-1.1B-Chat-v1.0 --bits 4 --out ./tinyllama-q4
+  lowbit convert tinyllama --bits 3.5 --calib my-text.txt   # a mix of formats, 3.5 bits per weight
   lowbit convert bitnet-2b --bits ternary`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if listModels {
@@ -101,7 +102,7 @@ bench and show find it by that name.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&listModels, "list-models", false, "list the built-in model registry")
-	f.StringVar(&opts.Bits, "bits", "", "format of linear weights: 1, 2, 4, 8, ternary (also tq2), or f16, bf16, f32 to keep floats (default 4; ternary for BitNet)")
+	f.StringVar(&opts.Bits, "bits", "", "format of linear weights: 1, 2, 4, 8, ternary (also tq2), or f16, bf16, f32 to keep floats (default 4; ternary for BitNet); or bits per weight such as 3.5 for a mix of formats chosen by calibration")
 	f.IntVar(&opts.GroupSize, "group-size", 0, "weights per scale group (default: the format's, 32)")
 	f.IntVar(&opts.TableGroupSize, "table-group-size", 0, "weights per scale group of the embeddings and head (default 128 at 8 bits, else --group-size)")
 	f.StringVar(&opts.EmbeddingBits, "embedding-bits", "8", "format of token embeddings: 8, 4, ... or f16, bf16, f32 to keep floats")
@@ -111,6 +112,9 @@ bench and show find it by that name.`,
 	f.BoolVar(&opts.Force, "force", false, "replace an existing output directory")
 	f.BoolVar(&opts.NoValidate, "no-validate", false, "skip the last stage (kernel checks and the model against its source)")
 	f.BoolVar(&opts.NoSearch, "no-search", false, "plain min/max scales instead of the error-minimizing clipping search")
+	f.StringVar(&opts.Calib, "calib", "", "calibration text file: the float model runs over it and the search weighs each input's error by its activations (default: a built-in text)")
+	f.BoolVar(&opts.NoCalib, "no-calib", false, "no calibration: the search weighs every input alike")
+	f.IntVar(&opts.CalibTokens, "calib-tokens", 0, "most tokens of the calibration text to run (default: 256 to 4096 by model size, fewer for larger models)")
 	f.BoolVar(&opts.AllowNonFinite, "allow-nonfinite", false, "convert weights holding NaN or Inf (they become 0) instead of failing")
 	f.StringVar(&format, "format", "safetensors", "output format: safetensors, or npz (also writes model.npz for numpy tools)")
 	f.IntVar(&workers, "workers", 0, "parallel workers (default: all cores)")
