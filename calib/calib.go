@@ -44,10 +44,11 @@ const Method = "mean-square-activation"
 // DefaultTokens is how many tokens of the text a model of params weights
 // runs over when Options.MaxTokens is 0: the more the steadier the
 // statistics, but the pass costs params × tokens while quantizing costs
-// params, so a large model gets fewer: 256 from a billion weights up (the
-// pass then costs about what quantizing does), up to 4096 for small ones.
+// params, so a large model gets fewer: 128 from a billion weights up
+// (the float pass then costs about half what quantizing does on a CPU),
+// up to 4096 for small ones.
 func DefaultTokens(params int64) int {
-	const budget = 256 << 30 // tokens × weights
+	const budget = 128 << 30 // tokens × weights
 	if params <= 0 {
 		return maxDefaultTokens
 	}
@@ -56,7 +57,7 @@ func DefaultTokens(params int64) int {
 
 // The bounds of DefaultTokens.
 const (
-	minDefaultTokens = 256
+	minDefaultTokens = 128
 	maxDefaultTokens = 4096
 )
 

@@ -168,7 +168,7 @@ func TestDefaultTokens(t *testing.T) {
 	for _, tc := range []struct {
 		params int64
 		want   int
-	}{{0, 4096}, {260_000, 4096}, {100 << 20, 2621}, {1100_000_000, 256}, {7e9, 256}} {
+	}{{0, 4096}, {260_000, 4096}, {100 << 20, 1310}, {1100_000_000, 128}, {7e9, 128}} {
 		if got := DefaultTokens(tc.params); got != tc.want {
 			t.Errorf("DefaultTokens(%d) = %d, want %d", tc.params, got, tc.want)
 		}

@@ -225,19 +225,10 @@ func chooseAsym(w, imp []float32, levels int32, search bool, codes []int32) (hal
 		try((b-a)/L, a)
 	}
 	if imp != nil {
-		// Weighted, min/max is further from the optimum; refitting the
-		// best candidate's codes until they stop changing recovers part of
-		// the distance (a few rounds of Lloyd's algorithm).
-		for range refits {
-			e := bestErr
-			try(bestD.Float32(), bestM.Float32())
-			if bestErr >= e {
-				break
-			}
-		}
+		// Weighted, min/max is further from the optimum: requantizing at
+		// the best fit and fitting again (a round of Lloyd's algorithm)
+		// recovers part of the distance; more rounds gain little more.
+		try(bestD.Float32(), bestM.Float32())
 	}
 	return bestD, bestM
 }
-
-// refits bounds the rounds of refitting after the weighted search.
-const refits = 3

@@ -193,7 +193,7 @@ when a check fails.`,
 	f.BoolVar(&sweep, "sweep", false, "quantize a float model every way (each format without and with calibration, mixes) and print bits per weight against KLD, top-1 and perplexity")
 	f.IntVar(&sample, "sample", 2048, "with --sweep: also evaluate on this many tokens sampled from the float model at temperature 1 (--seed, default 1; 0: none)")
 	f.StringVar(&calibFile, "calib", "", "with --sweep: calibration text file (default: the built-in one)")
-	f.IntVar(&calibToks, "calib-tokens", 0, "with --sweep: most tokens of the calibration text (default: 256 to 4096 by model size)")
+	f.IntVar(&calibToks, "calib-tokens", 0, "with --sweep: most tokens of the calibration text (default: 128 to 4096 by model size)")
 	f.Float64SliceVar(&targets, "targets", validate.DefaultSweepTargets, "with --sweep: mixed-precision targets, bits per linear weight")
 	f.IntVar(&window, "window", 256, "with --sweep: tokens per forward pass")
 	f.IntVar(&workers, "workers", 0, "with --sweep: goroutines (default: all cores)")
