@@ -24,6 +24,7 @@ import (
 	"strings"
 
 	"lowbit/model"
+	"lowbit/quantize"
 	"lowbit/tokenizer"
 )
 
@@ -40,6 +41,10 @@ const DefaultSource = "built-in"
 
 // Method names what the statistics are, as the manifest records it.
 const Method = "mean-square-activation"
+
+// GPTQ names the error compensation (quantize.Options.Compensate from
+// Stats.Compensation), as the manifest records it.
+const GPTQ = "gptq"
 
 // DefaultTokens is how many tokens of the text a model of params weights
 // runs over when Options.MaxTokens is 0: the more the steadier the
@@ -77,6 +82,10 @@ type Options struct {
 	Workers int
 	// Progress, when set, is told the tokens done after each window.
 	Progress func(done, total int)
+	// Hessians also keeps each input's full Hessian (Stats.Hessian), for
+	// error compensation; a model whose Hessians would not fit in memory
+	// (maxHessianBytes) is an error.
+	Hessians bool
 }
 
 // Stats are what a calibration pass measured.
@@ -88,6 +97,10 @@ type Stats struct {
 	// MeanSq maps each linear weight (HF name) to the mean square of
 	// its input, one value per column.
 	MeanSq map[string][]float32
+	// Hessian maps each linear weight to the mean of x xᵀ over its
+	// inputs ([cols, cols]), with Options.Hessians; inputs read by several
+	// weights share one.
+	Hessian map[string][]float32
 	// Gain maps each linear weight to its block's gain: the power the
 	// block it belongs to (attention, or the MLP) adds to the residual
 	// stream over the stream's power at the block's input. A relative
@@ -119,6 +132,20 @@ func (s *Stats) Importance(name string) []float32 {
 		imp[i] = v + floor
 	}
 	return imp
+}
+
+// Compensation is quantize.Options.Compensate for name: the factor of its
+// inputs' Hessian (with Options.Hessians; nil without).
+func (s *Stats) Compensation(name string) ([]float32, error) {
+	if s == nil || s.Hessian[name] == nil {
+		return nil, nil
+	}
+	h := s.Hessian[name]
+	u, err := quantize.CompensationFactor(h, int(math.Sqrt(float64(len(h)))))
+	if err != nil {
+		return nil, fmt.Errorf("calib: %s: %w", name, err)
+	}
+	return u, nil
 }
 
 // gain is name's gain, if measured.
@@ -184,6 +211,7 @@ func Collect(ctx context.Context, m *model.Model, tok tokenizer.Tokenizer, opts 
 		return nil, fmt.Errorf("calib: a window of %d tokens is too short", window)
 	}
 	rec := newRecorder(model.NewCPU(opts.Workers))
+	rec.hessians, rec.hessianLimit = opts.Hessians, maxHessianBytes
 	sess, err := m.NewSession(model.SessionOptions{Backend: rec, Context: window})
 	if err != nil {
 		return nil, fmt.Errorf("calib: %w", err)
@@ -199,11 +227,15 @@ func Collect(ctx context.Context, m *model.Model, tok tokenizer.Tokenizer, opts 
 		if _, err := sess.Forward(ctx, in); err != nil {
 			return nil, fmt.Errorf("calib: %w", err)
 		}
+		if rec.err != nil {
+			return nil, fmt.Errorf("calib: %w", rec.err)
+		}
 		if opts.Progress != nil {
 			opts.Progress(min(lo+step, len(ids)), len(ids))
 		}
 	}
 	st := &Stats{Tokens: tokens, TextSHA256: TextHash(text), MeanSq: map[string][]float32{}, Gain: map[string]float64{}}
+	means := map[*site][]float32{}
 	for name, w := range m.Weights {
 		if m.Config.TensorRole(name) != model.RoleLinear {
 			continue
@@ -221,6 +253,21 @@ func Collect(ctx context.Context, m *model.Model, tok tokenizer.Tokenizer, opts 
 		}
 		st.MeanSq[name] = ms
 		st.Gain[name] = site.gain()
+		if site.h != nil {
+			if st.Hessian == nil {
+				st.Hessian = map[string][]float32{}
+			}
+			if hs, ok := means[site]; ok {
+				st.Hessian[name] = hs // shared with the weights of the same input
+				continue
+			}
+			hs := make([]float32, len(site.h))
+			for i, v := range site.h {
+				hs[i] = v / float32(site.rows)
+			}
+			means[site] = hs
+			st.Hessian[name] = hs
+		}
 	}
 	return st, nil
 }

@@ -91,7 +91,7 @@ func TestEveryFamily(t *testing.T) {
 	for _, spec := range fixture.Families() {
 		t.Run(spec.Arch, func(t *testing.T) {
 			m, tok := load(t, spec)
-			st, err := Collect(ctx, m, tok, Options{Text: strings.Repeat("the cat sat on the mat. ", 20), Window: 40})
+			st, err := Collect(ctx, m, tok, Options{Text: strings.Repeat("the cat sat on the mat. ", 20), Window: 40, Hessians: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,6 +114,24 @@ func TestEveryFamily(t *testing.T) {
 				}
 				if sum == 0 {
 					t.Fatalf("%s: all statistics are 0", name)
+				}
+				// The Hessian's diagonal is the mean square input; it is symmetric.
+				h := st.Hessian[name]
+				if len(h) != w.Cols*w.Cols {
+					t.Fatalf("%s: a Hessian of %d values for %d columns", name, len(h), w.Cols)
+				}
+				for i := 0; i < w.Cols; i++ {
+					if d := h[i*w.Cols+i]; math.Abs(float64(d-ms[i])) > 1e-4*float64(ms[i])+1e-9 {
+						t.Fatalf("%s: Hessian diagonal %d is %v, mean square %v", name, i, d, ms[i])
+					}
+					for j := 0; j < i; j++ {
+						if h[i*w.Cols+j] != h[j*w.Cols+i] {
+							t.Fatalf("%s: Hessian not symmetric at %d, %d", name, i, j)
+						}
+					}
+				}
+				if u, err := st.Compensation(name); err != nil || len(u) != len(h) {
+					t.Fatalf("%s: compensation factor of %d values: %v", name, len(u), err)
 				}
 				if g := st.Gain[name]; !(g > 0 && g <= 1) {
 					t.Fatalf("%s: gain %v, want in (0, 1]: a block's share of the stream its reader sees", name, g)
@@ -172,6 +190,25 @@ func TestDefaultTokens(t *testing.T) {
 		if got := DefaultTokens(tc.params); got != tc.want {
 			t.Errorf("DefaultTokens(%d) = %d, want %d", tc.params, got, tc.want)
 		}
+	}
+}
+
+// TestHessianLimit: Hessians that would not fit are an error, not an
+// allocation.
+func TestHessianLimit(t *testing.T) {
+	m, tok := load(t, fixture.Llama())
+	rec := newRecorder(model.NewCPU(0))
+	rec.hessians, rec.hessianLimit = true, 50_000
+	sess, err := m.NewSession(model.SessionOptions{Backend: rec, Context: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := tok.Encode("the cat sat", true)
+	if _, err := sess.Forward(ctx, ids); err != nil {
+		t.Fatal(err)
+	}
+	if rec.err == nil || !strings.Contains(rec.err.Error(), "too large for error compensation") || rec.hessianBytes <= rec.hessianLimit {
+		t.Errorf("err %v after %d bytes", rec.err, rec.hessianBytes)
 	}
 }
 

@@ -2,6 +2,8 @@ package calib
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 
 	"lowbit/model"
@@ -38,13 +40,31 @@ type recorder struct {
 		delta []float32
 	}
 	x, xn, before []float32
+	// hessians, when set, has every site keep the sum of x xᵀ too, within
+	// hessianLimit bytes in all (hessianBytes so far); err is set when they
+	// would not fit.
+	hessians                   bool
+	hessianBytes, hessianLimit int64
+	xt                         []float32
+	err                        error
 }
+
+// ErrHessiansTooLarge is returned (wrapped) by Collect with
+// Options.Hessians for a model whose Hessians would not fit in memory.
+var ErrHessiansTooLarge = errors.New("the model is too large for error compensation")
+
+// maxHessianBytes bounds the Hessians one calibration keeps: a site of n
+// columns keeps n² float32s, so this admits models up to a few hundred
+// million weights and refuses larger ones rather than exhaust memory.
+const maxHessianBytes = 1 << 30
 
 // site accumulates one Linear input's column statistics.
 type site struct {
 	sumSq []float64
 	rows  int
 	block *block
+	// h is the sum of x xᵀ over the rows ([cols, cols]), when kept.
+	h []float32
 }
 
 // block accumulates one block's powers as the next reader of the stream
@@ -187,7 +207,17 @@ func (r *recorder) record(x model.Buf, norm model.Norm, outs []model.Output) *si
 		for j, a := range v {
 			s.sumSq[j] += float64(a) * float64(a)
 		}
+		if s.h != nil {
+			// Columns of the normed rows, for addHessian.
+			r.xt = grow(r.xt, len(in))
+			for j, a := range v {
+				r.xt[j*(len(in)/cols)+row] = a
+			}
+		}
 		s.rows++
+	}
+	if s.h != nil {
+		addHessian(s.h, r.xt, cols, len(in)/cols)
 	}
 	if !outs[0].Add {
 		r.open = append(r.open, s)
@@ -203,6 +233,14 @@ func (r *recorder) siteFor(outs []model.Output, cols int) *site {
 		}
 	}
 	s := &site{sumSq: make([]float64, cols)}
+	if r.hessians && r.err == nil {
+		r.hessianBytes += 4 * int64(cols) * int64(cols)
+		if r.hessianBytes > r.hessianLimit {
+			r.err = fmt.Errorf("%w: the inputs' Hessians take over %d MiB", ErrHessiansTooLarge, r.hessianLimit>>20)
+		} else {
+			s.h = make([]float32, cols*cols)
+		}
+	}
 	for _, o := range outs {
 		r.sites[o.W.ID()] = s
 		if o.Up.Valid() {
@@ -242,4 +280,31 @@ func (s *site) gain() float64 {
 		return 1
 	}
 	return s.block.addPow / s.block.streamPow
+}
+
+// addHessian adds xᵀx to h ([cols, cols]) for the n rows of x held by
+// column in xt (column j at xt[j*n:]).
+func addHessian(h, xt []float32, cols, n int) {
+	for i := 0; i < cols; i++ {
+		a := xt[i*n : (i+1)*n]
+		for j := 0; j <= i; j++ {
+			b := xt[j*n : (j+1)*n]
+			var s0, s1, s2, s3 float32
+			k := 0
+			for ; k+4 <= n; k += 4 {
+				s0 += a[k] * b[k]
+				s1 += a[k+1] * b[k+1]
+				s2 += a[k+2] * b[k+2]
+				s3 += a[k+3] * b[k+3]
+			}
+			for ; k < n; k++ {
+				s0 += a[k] * b[k]
+			}
+			s := (s0 + s1) + (s2 + s3)
+			h[i*cols+j] += s
+			if i != j {
+				h[j*cols+i] += s
+			}
+		}
+	}
 }

@@ -3,6 +3,7 @@ package convert
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"runtime/debug"
@@ -79,7 +80,7 @@ func calibrate(ctx context.Context, dir string, plans []*tensorPlan, s settings,
 		return nil, fmt.Errorf("calibrate: %w", err)
 	}
 	bar := progressBar(noBar{})
-	opts := calib.Options{Text: s.calibText, MaxTokens: s.calibTokens, Workers: s.workers}
+	opts := calib.Options{Text: s.calibText, MaxTokens: s.calibTokens, Workers: s.workers, Hessians: s.gptq}
 	if progress != nil {
 		var shown int
 		opts.Progress = func(done, total int) {
@@ -93,6 +94,9 @@ func calibrate(ctx context.Context, dir string, plans []*tensorPlan, s settings,
 	st, err := calib.Collect(ctx, m, tok, opts)
 	bar.Finish()
 	if err != nil {
+		if errors.Is(err, calib.ErrHessiansTooLarge) {
+			return nil, fmt.Errorf("--gptq: %w", err)
+		}
 		return nil, fmt.Errorf("calibrate: %w", err)
 	}
 	// Hand the float model's memory back now: left to the collector, it
@@ -123,7 +127,11 @@ func calibrationRecord(s settings) *manifest.Calibration {
 	if s.stats == nil {
 		return nil
 	}
-	return &manifest.Calibration{Source: s.calibSource, SHA256: s.stats.TextSHA256, Tokens: s.stats.Tokens, Method: calib.Method}
+	c := &manifest.Calibration{Source: s.calibSource, SHA256: s.stats.TextSHA256, Tokens: s.stats.Tokens, Method: calib.Method}
+	if s.gptq {
+		c.Compensation = calib.GPTQ
+	}
+	return c
 }
 
 // planMix chooses each linear weight's format for a mix (calib.Mix): every

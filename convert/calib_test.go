@@ -39,6 +39,7 @@ func TestConvertCalibration(t *testing.T) {
 		{"no search", Options{Bits: "4", NoSearch: true}, "", ""},
 		{"floats", Options{Bits: "f16"}, "", ""},
 		{"q2", Options{Bits: "2"}, calib.DefaultSource, calib.TextHash(calib.DefaultText)},
+		{"gptq", Options{Bits: "4", GPTQ: true}, calib.DefaultSource, calib.TextHash(calib.DefaultText)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, _ := convertFixture(t, fixture.Llama(), tc.opts)
@@ -55,6 +56,9 @@ func TestConvertCalibration(t *testing.T) {
 			}
 			if c == nil || c.Source != tc.source || c.SHA256 != tc.sha || c.Method != calib.Method || c.Tokens <= 0 {
 				t.Fatalf("calibration %+v, want source %s, sha256 %s", c, tc.source, tc.sha)
+			}
+			if (c.Compensation == calib.GPTQ) != tc.opts.GPTQ {
+				t.Errorf("compensation %q with GPTQ %v", c.Compensation, tc.opts.GPTQ)
 			}
 			if tc.opts.CalibTokens > 0 && c.Tokens > tc.opts.CalibTokens+1 {
 				t.Errorf("%d tokens for --calib-tokens %d", c.Tokens, tc.opts.CalibTokens)
@@ -73,6 +77,10 @@ func TestConvertCalibration(t *testing.T) {
 			{Options{Bits: "3.5", GroupSize: 64}, "--group-size"},
 			{Options{Bits: "0.5"}, "below the fewest"},
 			{Options{Bits: "40"}, "no smaller than float"},
+			{Options{Bits: "4", GPTQ: true, NoCalib: true}, "--no-calib"},
+			{Options{Bits: "ternary", GPTQ: true}, "tq2 does not support"},
+			{Options{Bits: "f16", GPTQ: true}, "--gptq: the linear weights stay f16"},
+			{Options{Bits: "4", GPTQ: true, NoSearch: true}, "--gptq: --no-search"},
 		} {
 			src := writeSource(t, fixture.Llama(), nil)
 			tc.opts.Source, tc.opts.Out = src, filepath.Join(t.TempDir(), "out")
@@ -156,9 +164,10 @@ func TestCalibrationPaysOnStories(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kld := map[bool]float64{}
-	for _, cal := range []bool{false, true} {
-		res, err := Run(ctx, Options{Source: src, Out: filepath.Join(t.TempDir(), "out"), Bits: "4", NoCalib: !cal, NoValidate: true})
+	kld := map[string]float64{}
+	for _, opts := range []Options{{NoCalib: true}, {}, {GPTQ: true}} {
+		opts.Source, opts.Out, opts.Bits, opts.NoValidate = src, filepath.Join(t.TempDir(), "out"), "4", true
+		res, err := Run(ctx, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,10 +179,12 @@ func TestCalibrationPaysOnStories(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		kld[cal] = rep.KLDMean
+		kld[res.Manifest.Quantization.Calibration.String()] = rep.KLDMean
 	}
-	t.Logf("q4 KLD mean on 2048 sampled tokens: %.4f uncalibrated, %.4f calibrated (%.1f%% lower)", kld[false], kld[true], 100*(1-kld[true]/kld[false]))
-	if !(kld[true] < 0.85*kld[false]) {
-		t.Errorf("calibrated KLD %.4f is not 15%% below the uncalibrated %.4f", kld[true], kld[false])
+	none, cal, gptq := kld["none"], kld[calib.Method], kld[calib.Method+"+"+calib.GPTQ]
+	t.Logf("q4 KLD mean on 2048 sampled tokens: %.4f uncalibrated, %.4f calibrated (%.1f%% lower), %.4f with GPTQ (%.1f%% lower)",
+		none, cal, 100*(1-cal/none), gptq, 100*(1-gptq/none))
+	if !(cal < 0.85*none) || !(gptq < 0.9*cal) {
+		t.Errorf("KLD %.4f calibrated, %.4f with GPTQ: not 15%% below the uncalibrated %.4f, and 10%% below that", cal, gptq, none)
 	}
 }

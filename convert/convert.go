@@ -59,7 +59,11 @@ type Options struct {
 	// NoCalib skips calibration: the search weighs every column alike.
 	NoCalib bool
 	// CalibTokens caps the calibration's tokens (0: calib.DefaultTokens, by the model's size).
-	CalibTokens    int
+	CalibTokens int
+	// GPTQ also compensates each column's quantization error on the later
+	// columns (quantize.Options.Compensate), from the calibration's
+	// Hessians: slower, and only for models whose Hessians fit in memory.
+	GPTQ           bool
 	Force          bool
 	AllowNonFinite bool
 	// NPZ also writes the stored tensors as model.npz for numpy tools.
@@ -121,6 +125,8 @@ type settings struct {
 	calibText, calibSource string
 	calibTokens            int
 	stats                  *calib.Stats
+	// gptq compensates the linear weights' errors (Options.GPTQ).
+	gptq bool
 }
 
 // name is what the linear weights are stored as: their format, or the mix's name.
@@ -183,6 +189,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, err
 	}
 	if why := noCalibration(s, plans); why != "" {
+		if s.gptq {
+			return nil, fmt.Errorf("--gptq: %s", why)
+		}
 		if s.calibrate && opts.Calib != "" {
 			notes = append(notes, fmt.Sprintf("--calib %s not used: %s", opts.Calib, why))
 		}
@@ -371,6 +380,13 @@ func resolveSettings(opts Options, cfg model.Config) (settings, error) {
 		return s, fmt.Errorf("--calib-tokens %d must be positive", opts.CalibTokens)
 	}
 	s.calibTokens = opts.CalibTokens
+	s.gptq = opts.GPTQ
+	switch {
+	case s.gptq && !s.calibrate:
+		return s, errors.New("--gptq compensates by what calibration measures: drop --no-calib")
+	case s.gptq && s.target == 0 && s.linear.Quantized() && !s.linear.Compensable():
+		return s, fmt.Errorf("--gptq: %s does not support error compensation", s.linear)
+	}
 	s.allowNonFinite = opts.AllowNonFinite
 	s.workers = opts.Workers
 	if s.workers <= 0 {

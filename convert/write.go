@@ -137,6 +137,12 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 	}
 	var errSq, refSq float64
 	var tq2Scale float32
+	var compensate []float32 // one factor for every chunk of the tensor's rows
+	if s.gptq && p.role == model.RoleLinear && p.format.Compensable() {
+		if compensate, err = s.stats.Compensation(p.name); err != nil {
+			return e, fmt.Errorf("tensor %s: %w", p.name, err)
+		}
+	}
 	for r0 := int64(0); r0 < rows; r0 += chunkRows {
 		if err := ctx.Err(); err != nil {
 			return e, err
@@ -163,7 +169,7 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 		}
 		opt := quantize.Options{GroupSize: p.group, Search: s.search, TensorScale: tensorScale, FirstRow: int(r0)}
 		if p.role == model.RoleLinear {
-			opt.Importance = s.stats.Importance(p.name)
+			opt.Importance, opt.Compensate = s.stats.Importance(p.name), compensate
 		}
 		q, err := quantize.Quantize(ctx, p.format, x, int(nr), int(cols), opt)
 		if err != nil {

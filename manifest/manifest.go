@@ -137,6 +137,21 @@ type Calibration struct {
 	Tokens int `json:"tokens"`
 	// Method names the statistic ("mean-square-activation").
 	Method string `json:"method"`
+	// Compensation names the error compensation the linear weights were
+	// quantized with ("gptq"; absent: none).
+	Compensation string `json:"compensation,omitempty"`
+}
+
+// String names the calibration as a conversion's label does: its method,
+// and "+gptq" with compensation ("none" for no calibration).
+func (c *Calibration) String() string {
+	switch {
+	case c == nil:
+		return "none"
+	case c.Compensation != "":
+		return c.Method + "+" + c.Compensation
+	}
+	return c.Method
 }
 
 func (c *Calibration) check() error {

@@ -205,6 +205,11 @@ type Options struct {
 	// minimizes the error weighted by it instead of the plain squared
 	// error. Nil weighs all columns alike.
 	Importance []float32
+	// Compensate, when set, is the upper Cholesky factor U of the inverse
+	// of the inputs' Hessian ([cols, cols], row-major): each row is
+	// quantized a column at a time, each column's error compensated on the
+	// later ones (gptq.go). Only formats that are Compensable take it.
+	Compensate []float32
 }
 
 // Tensor is a quantized weight matrix.
@@ -296,6 +301,11 @@ func Quantize(ctx context.Context, f Format, w []float32, rows, cols int, opt Op
 	if opt.Importance != nil && len(opt.Importance) != cols {
 		return nil, fmt.Errorf("quantize: %d importance weights for %d columns", len(opt.Importance), cols)
 	}
+	if opt.Compensate != nil {
+		if err := checkCompensate(f, opt.Compensate, cols); err != nil {
+			return nil, fmt.Errorf("quantize: %w", err)
+		}
+	}
 	s := f.spec()
 	t := &Tensor{Format: f, Rows: rows, Cols: cols}
 	if !s.TensorScale {
@@ -320,13 +330,17 @@ func Quantize(ctx context.Context, f Format, w []float32, rows, cols int, opt Op
 		t.Scale = max(scale, tq2MinScale)
 	}
 	codes := make([]int32, t.GroupSize+block)
+	quantizeRow := s.quantizeRow
+	if opt.Compensate != nil {
+		quantizeRow = newCompensator(cols, t.GroupSize).quantizeRow
+	}
 	for r := 0; r < rows; r++ {
-		if r%256 == 0 {
+		if r%256 == 0 || opt.Compensate != nil && r%8 == 0 {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
 		}
-		s.quantizeRow(t, r, w[r*cols:(r+1)*cols], &opt, codes)
+		quantizeRow(t, r, w[r*cols:(r+1)*cols], &opt, codes)
 	}
 	return t, nil
 }

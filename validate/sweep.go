@@ -36,6 +36,10 @@ type SweepVariant struct {
 	Candidate calib.Candidate `json:"candidate"`
 	// Calibrated weighs the search by the calibration's importance.
 	Calibrated bool `json:"calibrated"`
+	// Compensated also compensates each column's error on the later ones
+	// (GPTQ, quantize.Options.Compensate) in the formats that take it;
+	// it needs the calibration's Hessians.
+	Compensated bool `json:"compensated,omitempty"`
 	// TargetBits, when set, mixes the candidates (calib.Mix) to at most
 	// this mean of bits per linear weight; a mix is always calibrated.
 	TargetBits float64 `json:"target_bits,omitempty"`
@@ -94,17 +98,25 @@ type SweepScore struct {
 var DefaultSweepTargets = []float64{2.7, 3.6, 4.6}
 
 // DefaultVariants are every mixable format (calib.Candidates) at its
-// default group, without and with calibration, then a mix at each target.
-func DefaultVariants(targets []float64) []SweepVariant {
+// default group, without and with calibration, and, with gptq, with error
+// compensation where the format takes it; then a mix at each target, and
+// with gptq the same mix compensated.
+func DefaultVariants(targets []float64, gptq bool) []SweepVariant {
 	var out []SweepVariant
 	for _, c := range calib.Candidates() {
 		if c.Group != c.Format.DefaultGroupSize() {
 			continue
 		}
 		out = append(out, SweepVariant{Name: c.String(), Candidate: c}, SweepVariant{Name: c.String() + "+calib", Candidate: c, Calibrated: true})
+		if gptq && c.Format.Compensable() {
+			out = append(out, SweepVariant{Name: c.String() + "+gptq", Candidate: c, Calibrated: true, Compensated: true})
+		}
 	}
 	for _, t := range targets {
 		out = append(out, SweepVariant{Name: calib.TargetName(t), TargetBits: t, Calibrated: true})
+		if gptq {
+			out = append(out, SweepVariant{Name: calib.TargetName(t) + "+gptq", TargetBits: t, Calibrated: true, Compensated: true})
+		}
 	}
 	return out
 }
@@ -116,11 +128,14 @@ func Sweep(ctx context.Context, ref *model.Model, tok tokenizer.Tokenizer, opts 
 	}
 	variants := opts.Variants
 	if variants == nil {
-		variants = DefaultVariants(nil)
+		variants = DefaultVariants(nil, false)
 	}
 	for _, v := range variants {
-		if (v.Calibrated || v.TargetBits > 0) && opts.Calib == nil {
+		if (v.Calibrated || v.TargetBits > 0 || v.Compensated) && opts.Calib == nil {
 			return nil, fmt.Errorf("validate: sweep: variant %s needs a calibration", v.Name)
+		}
+		if v.Compensated && opts.Calib.Hessian == nil {
+			return nil, fmt.Errorf("validate: sweep: variant %s needs the calibration's Hessians", v.Name)
 		}
 	}
 	window := opts.Window
@@ -157,7 +172,7 @@ func Sweep(ctx context.Context, ref *model.Model, tok tokenizer.Tokenizer, opts 
 		if v.Calibrated || v.TargetBits > 0 {
 			st = opts.Calib
 		}
-		quant, row, err := quantizeModel(ctx, ref, plan, st, opts.Workers)
+		quant, row, err := quantizeModel(ctx, ref, plan, st, v.Compensated, opts.Workers)
 		if err != nil {
 			return nil, fmt.Errorf("validate: sweep: %s: %w", v.Name, err)
 		}
@@ -212,10 +227,11 @@ func mixCosts(ctx context.Context, ref *model.Model, st *calib.Stats, cands []ca
 }
 
 // quantizeModel is ref with each linear weight stored as plan says (the
-// search weighted by st's importance when st is set), the embeddings and
-// head as convert stores them, norms as they are; and the row's bits and
-// formats.
-func quantizeModel(ctx context.Context, ref *model.Model, plan map[string]calib.Candidate, st *calib.Stats, workers int) (*model.Model, *SweepRow, error) {
+// search weighted by st's importance when st is set, and with compensate
+// each column's error compensated where the format takes it), the
+// embeddings and head as convert stores them, norms as they are; and the
+// row's bits and formats.
+func quantizeModel(ctx context.Context, ref *model.Model, plan map[string]calib.Candidate, st *calib.Stats, compensate bool, workers int) (*model.Model, *SweepRow, error) {
 	weights := make(map[string]*model.Weight, len(ref.Weights))
 	type job struct {
 		name string
@@ -241,6 +257,13 @@ func quantizeModel(ctx context.Context, ref *model.Model, plan map[string]calib.
 			w := ref.Weights[j.name]
 			if w.F32 == nil {
 				return fmt.Errorf("weight %s is not float", j.name)
+			}
+			if compensate && ref.Config.TensorRole(j.name) == model.RoleLinear && j.f.Compensable() {
+				u, err := st.Compensation(j.name)
+				if err != nil {
+					return err
+				}
+				j.opt.Compensate = u
 			}
 			q, err := quantize.Quantize(gctx, j.f, w.F32, w.Rows, w.Cols, j.opt)
 			if err != nil {
@@ -405,6 +428,8 @@ type SweepReport struct {
 	// one's seed in its name).
 	Texts []SweepTextInfo `json:"texts"`
 	Rows  []SweepRow      `json:"rows"`
+	// Notes say what was left out, and why.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // SweepCalibration describes the calibration of a sweep.
@@ -448,7 +473,14 @@ func SweepDir(ctx context.Context, dir string, o SweepDirOptions) (*SweepReport,
 	if len(texts) == 0 {
 		return nil, errors.New("validate: sweep: no evaluation text: give a text or sample one")
 	}
-	st, err := calib.Collect(ctx, ref, tok, calib.Options{Text: o.CalibText, MaxTokens: o.CalibTokens, Workers: o.Workers})
+	copts := calib.Options{Text: o.CalibText, MaxTokens: o.CalibTokens, Workers: o.Workers, Hessians: true}
+	st, err := calib.Collect(ctx, ref, tok, copts)
+	var notes []string
+	if errors.Is(err, calib.ErrHessiansTooLarge) {
+		notes = append(notes, fmt.Sprintf("no +gptq rows: %v", err))
+		copts.Hessians = false
+		st, err = calib.Collect(ctx, ref, tok, copts)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -463,12 +495,12 @@ func SweepDir(ctx context.Context, dir string, o SweepDirOptions) (*SweepReport,
 	if targets == nil {
 		targets = DefaultSweepTargets
 	}
-	rep := &SweepReport{Model: dir, Calibration: SweepCalibration{Source: cmp.Or(o.CalibSource, calib.DefaultSource), SHA256: st.TextSHA256, Tokens: st.Tokens}}
+	rep := &SweepReport{Model: dir, Calibration: SweepCalibration{Source: cmp.Or(o.CalibSource, calib.DefaultSource), SHA256: st.TextSHA256, Tokens: st.Tokens}, Notes: notes}
 	for _, t := range texts {
 		rep.Texts = append(rep.Texts, SweepTextInfo{Name: t.Name, SHA256: calib.TextHash(t.Text)})
 	}
 	rep.Rows, err = Sweep(ctx, ref, tok, SweepOptions{Texts: texts, Window: o.Window, MaxTokens: o.MaxTokens, Calib: st,
-		Variants: DefaultVariants(targets), Workers: o.Workers, Progress: o.Progress})
+		Variants: DefaultVariants(targets, st.Hessian != nil), Workers: o.Workers, Progress: o.Progress})
 	if err != nil {
 		return nil, err
 	}

@@ -40,12 +40,12 @@ func TestSweep(t *testing.T) {
 	spec := fixture.Llama()
 	spec.Hidden, spec.Intermediate, spec.HeadDim = 128, 256, 32 // whole 128-weight groups in the tables
 	ref, tok, _ := fixtureModel(t, spec)
-	st, err := calib.Collect(ctx, ref, tok, calib.Options{Text: strings.Repeat("the cat sat on the mat. ", 30)})
+	st, err := calib.Collect(ctx, ref, tok, calib.Options{Text: strings.Repeat("the cat sat on the mat. ", 30), Hessians: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := strings.Repeat("a dog ran to the door and then it sat. ", 20)
-	rows, err := Sweep(ctx, ref, tok, SweepOptions{Texts: []SweepText{{Name: "t", Text: text}}, Calib: st, Variants: DefaultVariants([]float64{4.6}), MaxTokens: 200})
+	rows, err := Sweep(ctx, ref, tok, SweepOptions{Texts: []SweepText{{Name: "t", Text: text}}, Calib: st, Variants: DefaultVariants([]float64{4.6}, true), MaxTokens: 200})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestSweep(t *testing.T) {
 			t.Errorf("%s: embedding at %v bits per weight, want q8 in groups of 128 (8.125)", r.Variant.Name, e)
 		}
 	}
-	for _, name := range []string{"q8", "q8+calib", "q4", "q4+calib", "q2", "q2+calib", "q1", "q1+calib", "mix4.6"} {
+	for _, name := range []string{"q8", "q8+calib", "q8+gptq", "q4", "q4+calib", "q4+gptq", "q2", "q2+calib", "q2+gptq", "q1", "q1+calib", "q1+gptq", "mix4.6", "mix4.6+gptq"} {
 		if _, ok := byName[name]; !ok {
 			t.Fatalf("no row %s among %d", name, len(rows))
 		}
@@ -81,7 +81,7 @@ func TestSweep(t *testing.T) {
 	if b := byName["mix4.6"].Bits[string(model.RoleLinear)]; b > 4.6+1e-9 || len(byName["mix4.6"].Formats) < 2 {
 		t.Errorf("mix4.6: %v bits per linear weight in %v", b, byName["mix4.6"].Formats)
 	}
-	if _, err := Sweep(ctx, ref, tok, SweepOptions{Texts: []SweepText{{Name: "t", Text: text}}, Variants: DefaultVariants(nil)}); err == nil {
+	if _, err := Sweep(ctx, ref, tok, SweepOptions{Texts: []SweepText{{Name: "t", Text: text}}, Variants: DefaultVariants(nil, false)}); err == nil {
 		t.Error("calibrated rows without a calibration were swept")
 	}
 }
@@ -132,6 +132,9 @@ func TestSweepStories(t *testing.T) {
 	}
 	if !(kld["q4+calib"] < 0.9*kld["q4"]) {
 		t.Errorf("q4 KLD %.4f calibrated, %.4f not: not 10%% lower", kld["q4+calib"], kld["q4"])
+	}
+	if !(kld["q4+gptq"] < kld["q4+calib"]) {
+		t.Errorf("q4 KLD %.4f compensated, %.4f calibrated only", kld["q4+gptq"], kld["q4+calib"])
 	}
 	if !(kld["mix5.2"] <= kld["q4"]) {
 		t.Errorf("mix5.2 KLD %.4f above q4's %.4f", kld["mix5.2"], kld["q4"])

@@ -114,6 +114,7 @@ bench and show find it by that name.`,
 	f.BoolVar(&opts.NoSearch, "no-search", false, "plain min/max scales instead of the error-minimizing clipping search")
 	f.StringVar(&opts.Calib, "calib", "", "calibration text file: the float model runs over it and the search weighs each input's error by its activations (default: a built-in text)")
 	f.BoolVar(&opts.NoCalib, "no-calib", false, "no calibration: the search weighs every input alike")
+	f.BoolVar(&opts.GPTQ, "gptq", false, "also compensate each weight's rounding error on the rest of its row (GPTQ), from the calibration: slower, for models of up to a few hundred million weights")
 	f.IntVar(&opts.CalibTokens, "calib-tokens", 0, "most tokens of the calibration text to run (default: 128 to 4096 by model size, fewer for larger models)")
 	f.BoolVar(&opts.AllowNonFinite, "allow-nonfinite", false, "convert weights holding NaN or Inf (they become 0) instead of failing")
 	f.StringVar(&format, "format", "safetensors", "output format: safetensors, or npz (also writes model.npz for numpy tools)")
