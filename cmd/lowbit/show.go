@@ -31,7 +31,7 @@ type showJSON struct {
 	Validation *manifest.Validation `json:"validation,omitempty"`
 	// Calibration is what the search was weighted by (absent: nothing).
 	Calibration *manifest.Calibration `json:"calibration,omitempty"`
-	Source     *sourceJSON          `json:"source,omitempty"`
+	Source      *sourceJSON           `json:"source,omitempty"`
 }
 
 // formatsJSON are the storage formats of a converted model's weights.
