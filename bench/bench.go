@@ -59,13 +59,13 @@ type Memory struct {
 
 // Result is one model's measurements.
 type Result struct {
-	Model  string  `json:"model"`
-	Format string  `json:"format"`
-	Device string  `json:"device"`
-	Params int64   `json:"params"`
+	Model  string `json:"model"`
+	Format string `json:"format"`
+	Device string `json:"device"`
+	Params int64  `json:"params"`
 	// KVCache is how the cache stored keys and values (f16, q8, f32).
-	KVCache string `json:"kv_cache"`
-	Tests  []*Stat `json:"tests"`
+	KVCache string  `json:"kv_cache"`
+	Tests   []*Stat `json:"tests"`
 	// WeightBytes is what one decode step reads of the weights (packed
 	// codes plus scales; the embedding's one row is left out).
 	WeightBytes int64 `json:"weight_bytes_per_token"`

@@ -145,7 +145,7 @@ func planPackedBitNet(cfg model.Config, name string, info safetensors.TensorInfo
 		return nil, fmt.Errorf("tensor %s: packed BitNet weights are linear weights, this is a %s tensor", name, p.role)
 	}
 	if s.linear != quantize.TQ2 {
-		return nil, fmt.Errorf("tensor %s: a packed BitNet checkpoint is ternary; convert it with --bits ternary (asked for %s)", name, s.linear)
+		return nil, fmt.Errorf("tensor %s: a packed BitNet checkpoint is ternary; convert it with --bits ternary (asked for %s)", name, s.name())
 	}
 	if len(info.Shape) != 2 || info.Shape[0] <= 0 || info.Shape[1] <= 0 {
 		return nil, fmt.Errorf("tensor %s: packed weight of shape %v, want [out/4, in]", name, info.Shape)

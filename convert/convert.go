@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"lowbit/calib"
 	"lowbit/internal/atomicfile"
 	"lowbit/internal/safefile"
 	"lowbit/manifest"
@@ -38,8 +39,10 @@ type Options struct {
 	Store store.Store
 	// Bits is the format of linear weights: 1, 2, 4, 8 or ternary (also
 	// q1...q8, tq2, GGUF's block formats q5_0, q5_1, q2k ... q6k, f16, bf16,
-	// f32). A tensor whose rows are not whole blocks of a block format
-	// takes its Spec.Fallback, recorded in the manifest and in the notes.
+	// f32), or a number of bits per linear weight that is no format's
+	// (3.5): a mix of formats chosen by calibration. A tensor whose rows
+	// are not whole blocks of a block format takes its Spec.Fallback,
+	// recorded in the manifest and in the notes.
 	Bits      string
 	GroupSize int
 	// TableGroupSize is the group of the token embeddings and the output
@@ -51,7 +54,19 @@ type Options struct {
 	EmbeddingBits string
 	OutputBits    string
 	// NoSearch turns the clipping and scale search off (plain min/max).
-	NoSearch       bool
+	NoSearch bool
+	// Calib is the calibration text: the float model runs over it and the
+	// search weighs each input column's error by its mean square input
+	// ("": the built-in text, calib.DefaultText).
+	Calib string
+	// NoCalib skips calibration: the search weighs every column alike.
+	NoCalib bool
+	// CalibTokens caps the calibration's tokens (0: calib.DefaultTokens, by the model's size).
+	CalibTokens int
+	// GPTQ also compensates each column's quantization error on the later
+	// columns (quantize.Options.Compensate), from the calibration's
+	// Hessians: slower, and only for models whose Hessians fit in memory.
+	GPTQ           bool
 	Force          bool
 	AllowNonFinite bool
 	// NPZ also writes the stored tensors as model.npz for numpy tools.
@@ -109,13 +124,32 @@ type Result struct {
 // settings are Options resolved to formats.
 type settings struct {
 	linear, embedding, output quantize.Format
-	groupSize                 int
-	tableGroupSize            int // 0: the table format's TableGroupSize or groupSize (tableGroup)
-	search                    bool
-	allowNonFinite            bool
-	workers                   int
-	bitnetLinearClass         string // quantization_config.linear_class of a packed BitNet checkpoint
-	f16TensorScale            bool   // round tq2's tensor scale to an f16 (GGUF's TQ2_0 holds it so)
+	// target, when set, mixes the linear weights' formats to this many
+	// bits per weight on average (linear is then empty).
+	target            float64
+	groupSize         int
+	tableGroupSize    int // 0: the table format's TableGroupSize or groupSize (tableGroup)
+	search            bool
+	allowNonFinite    bool
+	workers           int
+	bitnetLinearClass string // quantization_config.linear_class of a packed BitNet checkpoint
+	f16TensorScale    bool   // round tq2's tensor scale to an f16 (GGUF's TQ2_0 holds it so)
+	// calibrate runs the calibration pass over calibText (its name
+	// calibSource), at most calibTokens tokens; stats is its result.
+	calibrate              bool
+	calibText, calibSource string
+	calibTokens            int
+	stats                  *calib.Stats
+	// gptq compensates the linear weights' errors (Options.GPTQ).
+	gptq bool
+}
+
+// name is what the linear weights are stored as: their format, or the mix's name.
+func (s settings) name() string {
+	if s.target > 0 {
+		return calib.TargetName(s.target)
+	}
+	return string(s.linear)
 }
 
 // auxFiles are copied from the source directory when present.
@@ -177,6 +211,25 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err := checkOut(out, snap.Dir, opts.Force); err != nil {
 		return nil, err
 	}
+	if why := noCalibration(s, plans); why != "" {
+		if s.gptq {
+			return nil, fmt.Errorf("--gptq: %s", why)
+		}
+		if s.calibrate && opts.Calib != "" {
+			notes = append(notes, fmt.Sprintf("--calib %s not used: %s", opts.Calib, why))
+		}
+		s.calibrate = false
+	}
+	if s.calibrate {
+		if s.stats, err = calibrate(ctx, snap.Dir, plans, s, opts.Progress); err != nil {
+			return nil, err
+		}
+	}
+	if s.target > 0 {
+		if err := planMix(ctx, set, plans, s, opts.Progress); err != nil {
+			return nil, err
+		}
+	}
 	dir, err := atomicfile.CreateDir(out)
 	if err != nil {
 		return nil, fmt.Errorf("create output: %w", err)
@@ -188,8 +241,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		FormatVersion: manifest.FormatVersion,
 		LowbitVersion: opts.Version,
 		Quantization: manifest.Quantization{
-			Format: string(s.linear), GroupSize: s.groupSize, EmbeddingFormat: string(s.embedding),
+			Format: s.name(), GroupSize: s.groupSize, EmbeddingFormat: string(s.embedding),
 			OutputFormat: string(s.output), Search: s.search, AllowNonFinite: s.allowNonFinite,
+			TargetBits: s.target, Calibration: calibrationRecord(s),
 		},
 	}
 	if m.Architecture, err = json.Marshal(cfg); err != nil {
@@ -224,7 +278,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	var report *validate.Report
 	if !opts.NoValidate {
-		if report, err = validateOutput(ctx, tmp, out, validationReference(snap.Dir, plans), s.linear, opts.Progress); err != nil {
+		if report, err = validateOutput(ctx, tmp, out, validationReference(snap.Dir, plans), linearFormats(plans), opts.Progress); err != nil {
 			return nil, fmt.Errorf("validate: %w", err)
 		}
 		m.Validation = validationRecord(report)
@@ -239,7 +293,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{
-		OutDir: out, Source: m.Source, Summary: m.Summary, Format: string(s.linear),
+		OutDir: out, Source: m.Source, Summary: m.Summary, Format: s.name(),
 		Tensors: len(m.Tensors), Seconds: time.Since(start).Seconds(), Manifest: m, Validation: report, Notes: notes,
 	}
 	if report != nil && report.Status != validate.Pass {
@@ -258,6 +312,13 @@ const maxWorkers = 256
 // quantized in buffers of its size, and no model's rows are longer.
 const maxGroupSize = 1 << 16
 
+// maxCalibSize bounds the --calib file: calibration reads a few hundred
+// tokens of it, so a larger file is a mistake (or /dev/zero) to refuse.
+const maxCalibSize = 64 << 20
+
+// maxTargetBits bounds a mix's --bits: no quantized format stores more.
+const maxTargetBits = 16
+
 func resolveSettings(opts Options, cfg model.Config) (settings, error) {
 	bits := opts.Bits
 	if bits == "" {
@@ -268,8 +329,20 @@ func resolveSettings(opts Options, cfg model.Config) (settings, error) {
 	}
 	var s settings
 	var err error
-	if s.linear, err = quantize.ParseFormat(bits); err != nil {
-		return s, fmt.Errorf("--bits: %w", err)
+	if t, ok := calib.ParseTarget(bits); ok {
+		switch {
+		case opts.NoCalib:
+			return s, fmt.Errorf("--bits %s mixes formats by what calibration measures: drop --no-calib", bits)
+		case opts.NoSearch:
+			return s, fmt.Errorf("--bits %s mixes formats by the searched error: drop --no-search", bits)
+		case opts.GroupSize != 0:
+			return s, fmt.Errorf("--bits %s chooses each tensor's group: drop --group-size", bits)
+		case t > maxTargetBits:
+			return s, fmt.Errorf("--bits %s: a mix of more than %d bits per weight is no smaller than float", bits, maxTargetBits)
+		}
+		s.target = t
+	} else if s.linear, err = quantize.ParseFormat(bits); err != nil {
+		return s, fmt.Errorf("--bits: %w (or a number of bits per weight to mix formats to, such as 3.5)", err)
 	}
 	parse := func(flag, v string) (quantize.Format, error) {
 		if v == "" {
@@ -318,6 +391,33 @@ func resolveSettings(opts Options, cfg model.Config) (settings, error) {
 	}
 	s.search = !opts.NoSearch
 	s.f16TensorScale = opts.forGGUF
+	s.calibrate = !opts.NoCalib
+	if s.calibrate {
+		s.calibText, s.calibSource = calib.DefaultText, calib.DefaultSource
+		if opts.Calib != "" {
+			b, err := safefile.ReadFile(opts.Calib, maxCalibSize)
+			if err != nil {
+				return s, fmt.Errorf("--calib: %w", err)
+			}
+			if strings.TrimSpace(string(b)) == "" {
+				return s, fmt.Errorf("--calib %s: the file holds no text", opts.Calib)
+			}
+			s.calibText, s.calibSource = string(b), opts.Calib
+		}
+	} else if opts.Calib != "" {
+		return s, errors.New("--calib and --no-calib contradict each other")
+	}
+	if opts.CalibTokens < 0 {
+		return s, fmt.Errorf("--calib-tokens %d must be positive", opts.CalibTokens)
+	}
+	s.calibTokens = opts.CalibTokens
+	s.gptq = opts.GPTQ
+	switch {
+	case s.gptq && !s.calibrate:
+		return s, errors.New("--gptq compensates by what calibration measures: drop --no-calib")
+	case s.gptq && s.target == 0 && s.linear.Quantized() && !s.linear.Compensable():
+		return s, fmt.Errorf("--gptq: %s does not support error compensation", s.linear)
+	}
 	s.allowNonFinite = opts.AllowNonFinite
 	s.workers = opts.Workers
 	if s.workers <= 0 {
@@ -408,7 +508,7 @@ func outputPath(opts Options, snap *Snapshot, s settings) (string, error) {
 		}
 		name = filepath.Base(abs)
 	}
-	out, err := opts.Store.ModelPath(name + "-" + string(s.linear))
+	out, err := opts.Store.ModelPath(name + "-" + s.name())
 	if err != nil {
 		return "", fmt.Errorf("default output in the model store: %w (give --out)", err)
 	}

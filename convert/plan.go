@@ -88,6 +88,9 @@ func planTensors(cfg model.Config, set *safetensors.Set, s settings) (plans []*t
 		switch p.role {
 		case model.RoleLinear:
 			p.format = s.linear
+			if s.target > 0 {
+				p.format = mixPlaceholder // planMix chooses each one's
+			}
 		case model.RoleEmbedding:
 			p.format = s.embedding
 		case model.RoleOutput:

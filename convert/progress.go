@@ -38,6 +38,21 @@ func newBar(w io.Writer, total int64, desc string) progressBar {
 	)}
 }
 
+// newCountBar is newBar for a count of things (tokens, tensors), not bytes.
+func newCountBar(w io.Writer, total int64, desc string) progressBar {
+	if w == nil {
+		return noBar{}
+	}
+	return &lineBar{w: w, ProgressBar: progressbar.NewOptions64(total,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(desc),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(100e6),
+		progressbar.OptionSetPredictTime(true),
+	)}
+}
+
 // lineBar ends its line when finished, and only then: a bar that reaches its
 // total is still redrawn by the descriptions that follow.
 type lineBar struct {

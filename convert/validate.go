@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"lowbit/manifest"
 	"lowbit/model"
@@ -30,20 +31,28 @@ const validationFile = "validation.json"
 // 1B-parameter model runs in well under a minute on a laptop.
 const validationTokens = 256
 
-// validateOutput is the last stage: the CPU kernels of the linear format
+// validateOutput is the last stage: the CPU kernels of the linear formats
 // against the float64 reference, and the converted model in dir (to be
 // renamed to out) against its float source (srcDir; "" when there is none,
 // which the report says). The report is written into dir.
-func validateOutput(ctx context.Context, dir, out, srcDir string, format quantize.Format, progress io.Writer) (*validate.Report, error) {
+func validateOutput(ctx context.Context, dir, out, srcDir string, formats []quantize.Format, progress io.Writer) (*validate.Report, error) {
 	rep := &validate.Report{}
-	if format.Quantized() {
+	var cases []validate.Case
+	var names []string
+	for _, f := range formats {
+		if f.Quantized() {
+			cases = append(cases, validate.FormatCases(string(f))...)
+			names = append(names, string(f))
+		}
+	}
+	if len(cases) > 0 {
 		if progress != nil {
-			fmt.Fprintf(progress, "validating %s kernels\n", format)
+			fmt.Fprintf(progress, "validating %s kernels\n", strings.Join(names, ", "))
 		}
 		k, err := validate.RunKernels(ctx, validate.KernelOptions{
 			Seed:     validate.NewSeed(),
 			Backends: validate.CPUBackends(),
-			Cases:    validate.FormatCases(string(format)),
+			Cases:    cases,
 			Shapes:   []validate.Shape{{Rows: 64, Cols: 256}, {Rows: 37, Cols: 200}},
 		})
 		if err != nil {

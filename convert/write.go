@@ -16,6 +16,7 @@ import (
 
 	"lowbit/half"
 	"lowbit/manifest"
+	"lowbit/model"
 	"lowbit/quantize"
 	"lowbit/safetensors"
 )
@@ -140,6 +141,12 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 	}
 	var errSq, refSq float64
 	var tq2Scale float32
+	var compensate []float32 // one factor for every chunk of the tensor's rows
+	if s.gptq && p.role == model.RoleLinear && p.format.Compensable() {
+		if compensate, err = s.stats.Compensation(p.name); err != nil {
+			return e, fmt.Errorf("tensor %s: %w", p.name, err)
+		}
+	}
 	for r0 := int64(0); r0 < rows; r0 += chunkRows {
 		if err := ctx.Err(); err != nil {
 			return e, err
@@ -164,7 +171,11 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 			bar.Add(len(src))
 			continue
 		}
-		q, err := quantize.Quantize(ctx, p.format, x, int(nr), int(cols), quantize.Options{GroupSize: p.group, Search: s.search, TensorScale: tensorScale, FirstRow: int(r0)})
+		opt := quantize.Options{GroupSize: p.group, Search: s.search, TensorScale: tensorScale, FirstRow: int(r0)}
+		if p.role == model.RoleLinear {
+			opt.Importance, opt.Compensate = s.stats.Importance(p.name), compensate
+		}
+		q, err := quantize.Quantize(ctx, p.format, x, int(nr), int(cols), opt)
 		if err != nil {
 			return e, fmt.Errorf("tensor %s (rows %d-%d): %w", p.name, r0, r0+nr-1, err)
 		}
@@ -222,6 +233,11 @@ func toFloat(p *tensorPlan, src []byte, dst []float32, r0, cols int64, allow boo
 	if err := safetensors.ToFloat32(p.info.DType, src, dst); err != nil {
 		return fmt.Errorf("tensor %s: %w", p.name, err)
 	}
+	return checkFinite(p, dst, r0, cols, allow)
+}
+
+// checkFinite is toFloat's check of NaN and Inf in rows from r0.
+func checkFinite(p *tensorPlan, dst []float32, r0, cols int64, allow bool) error {
 	for i, v := range dst {
 		if v-v != 0 { // NaN and ±Inf give NaN
 			if !allow {

@@ -431,7 +431,10 @@ func TestAttnDecode(t *testing.T) {
 						inv[i] = float32(math.Pow(10000, -2*float64(i)/float64(hd)))
 					}
 					var a *attnDecode
-					if err := d.do(func() (err error) { a, err = d.newAttnDecode(heads, kvHeads, hd, maxSeq, window, 1, c.typ, false); return err }); err != nil {
+					if err := d.do(func() (err error) {
+						a, err = d.newAttnDecode(heads, kvHeads, hd, maxSeq, window, 1, c.typ, false)
+						return err
+					}); err != nil {
 						t.Fatal(err)
 					}
 					names := []string{a.name}

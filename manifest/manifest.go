@@ -108,7 +108,8 @@ type File struct {
 // Quantization records the converter's settings.
 type Quantization struct {
 	// Format is the format of linear weights (q1, q2, q4, q8, tq2, a block
-	// format such as q4k, or a float format).
+	// format such as q4k, or a float format), or for a mix of formats its
+	// name, mix<TargetBits> ("mix3.5"; each tensor's format is in its entry).
 	Format          string `json:"format"`
 	GroupSize       int    `json:"group_size,omitempty"`
 	EmbeddingFormat string `json:"embedding_format"`
@@ -116,6 +117,58 @@ type Quantization struct {
 	// Search says whether scales and clipping were searched to minimize squared error.
 	Search         bool `json:"search"`
 	AllowNonFinite bool `json:"allow_nonfinite,omitempty"`
+	// TargetBits is a mix's target: the most bits per linear weight, on
+	// average over their parameters (absent for one format).
+	TargetBits float64 `json:"target_bits,omitempty"`
+	// Calibration says what the search's error was weighted by (absent:
+	// every input column alike, as before calibration existed).
+	Calibration *Calibration `json:"calibration,omitempty"`
+}
+
+// Calibration records the calibration pass: the float model ran over a
+// text, and each linear weight's search weighed the error of an input
+// column by the mean square of that input.
+type Calibration struct {
+	// Source is the text: "built-in" (lowbit's own) or the file given.
+	Source string `json:"source"`
+	// SHA256 is the hex sha256 of the text.
+	SHA256 string `json:"sha256"`
+	// Tokens is how many tokens the model ran over.
+	Tokens int `json:"tokens"`
+	// Method names the statistic ("mean-square-activation").
+	Method string `json:"method"`
+	// Compensation names the error compensation the linear weights were
+	// quantized with ("gptq"; absent: none).
+	Compensation string `json:"compensation,omitempty"`
+}
+
+// String names the calibration as a conversion's label does: its method,
+// and "+gptq" with compensation ("none" for no calibration).
+func (c *Calibration) String() string {
+	switch {
+	case c == nil:
+		return "none"
+	case c.Compensation != "":
+		return c.Method + "+" + c.Compensation
+	}
+	return c.Method
+}
+
+func (c *Calibration) check() error {
+	if c == nil {
+		return nil
+	}
+	switch {
+	case c.Source == "":
+		return errors.New("field source is empty")
+	case !sha256Hex.MatchString(c.SHA256):
+		return fmt.Errorf("sha256 %q is not 64 lowercase hex digits", c.SHA256)
+	case c.Tokens <= 0:
+		return fmt.Errorf("tokens %d is not positive", c.Tokens)
+	case c.Method == "":
+		return errors.New("field method is empty")
+	}
+	return nil
 }
 
 // Tensor describes one logical tensor (a weight as the original model names it).
@@ -207,6 +260,12 @@ func (m *Manifest) Check() error {
 	}
 	if err := m.Validation.check(); err != nil {
 		return fmt.Errorf("manifest: validation: %w", err)
+	}
+	if err := m.Quantization.Calibration.check(); err != nil {
+		return fmt.Errorf("manifest: quantization.calibration: %w", err)
+	}
+	if t := m.Quantization.TargetBits; t != 0 && !(t > 0 && t <= 64) {
+		return fmt.Errorf("manifest: field quantization.target_bits %v is not in (0, 64]", t)
 	}
 	for _, f := range m.Files {
 		if err := checkFile(f); err != nil {

@@ -64,6 +64,38 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// TestCalibrationRoundTrip: a calibrated mix's record reads back as
+// written; a manifest without one (from before calibration) still reads.
+func TestCalibrationRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	m := validManifest()
+	m.Quantization.Format, m.Quantization.GroupSize, m.Quantization.TargetBits = "mix3.5", 0, 3.5
+	m.Quantization.Calibration = &Calibration{Source: "built-in", SHA256: zeroSum, Tokens: 258, Method: "mean-square-activation"}
+	m.Summarize()
+	if err := m.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := got.Quantization.Calibration; c == nil || *c != *m.Quantization.Calibration || got.Quantization.TargetBits != 3.5 {
+		t.Errorf("read back %+v, target %v", c, got.Quantization.TargetBits)
+	}
+	old := validManifest()
+	old.Summarize()
+	b, err := json.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "calibration") || strings.Contains(string(b), "target_bits") {
+		t.Errorf("an uncalibrated manifest names calibration: %s", b)
+	}
+	if _, err := Parse(b); err != nil {
+		t.Errorf("a manifest without calibration: %v", err)
+	}
+}
+
 func TestReadErrors(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -82,6 +114,15 @@ func TestReadErrors(t *testing.T) {
 		{name: "negative dim", mutate: func(m *Manifest) { m.Tensors[1].Shape = []int64{-1} }, want: "negative dimension"},
 		{name: "no parts", mutate: func(m *Manifest) { m.Tensors[1].Parts = nil }, want: "no parts"},
 		{name: "scales only", mutate: func(m *Manifest) { m.Tensors[0].Parts = m.Tensors[0].Parts[1:] }, want: "neither a data nor a qweight"},
+		{name: "calibration without source", mutate: func(m *Manifest) { m.Quantization.Calibration = &Calibration{SHA256: zeroSum, Tokens: 3, Method: "x"} }, want: "calibration: field source"},
+		{name: "calibration bad sha", mutate: func(m *Manifest) {
+			m.Quantization.Calibration = &Calibration{Source: "a", SHA256: "z", Tokens: 3, Method: "x"}
+		}, want: "calibration: sha256"},
+		{name: "calibration no tokens", mutate: func(m *Manifest) {
+			m.Quantization.Calibration = &Calibration{Source: "a", SHA256: zeroSum, Method: "x"}
+		}, want: "calibration: tokens 0"},
+		{name: "calibration no method", mutate: func(m *Manifest) { m.Quantization.Calibration = &Calibration{Source: "a", SHA256: zeroSum, Tokens: 3} }, want: "calibration: field method"},
+		{name: "negative target", mutate: func(m *Manifest) { m.Quantization.TargetBits = -2 }, want: "target_bits"},
 		{name: "unknown field", raw: `{"format_version":1,"surprise":true}`, want: "surprise"},
 		{name: "not json", raw: `{"format_version":`, want: "manifest"},
 		{name: "trailing", raw: "", want: "trailing"},

@@ -52,6 +52,12 @@ const (
 	Q6K  Format = "q6k"
 )
 
+// Formats lists every format, the floats first: what a caller offering a
+// choice of formats (a mixed-precision plan, a sweep) iterates over.
+func Formats() []Format {
+	return []Format{F32, F16, BF16, Q8, Q4, Q2, Q1, TQ2, Q5_0, Q5_1, Q2K, Q3K, Q4K, Q5K, Q6K}
+}
+
 // block is the number of weights in the packing unit of every quantized
 // format; group sizes are multiples of it.
 const block = 32
@@ -284,10 +290,15 @@ type Options struct {
 	FirstRow int
 	// Importance, when set, holds one non-negative weight per column (cols
 	// values): how much an error in that input feature costs the output,
-	// from calibration activations. A format's search minimizes the error
-	// weighted by it instead of the plain squared error. Nil weighs all
-	// columns alike.
+	// from calibration activations. A format's search (with Search)
+	// minimizes the error weighted by it instead of the plain squared
+	// error. Nil weighs all columns alike.
 	Importance []float32
+	// Compensate, when set, is the upper Cholesky factor U of the inverse
+	// of the inputs' Hessian ([cols, cols], row-major): each row is
+	// quantized a column at a time, each column's error compensated on the
+	// later ones (gptq.go). Only formats that are Compensable take it.
+	Compensate []float32
 }
 
 // Tensor is a quantized weight matrix.
@@ -394,6 +405,11 @@ func Quantize(ctx context.Context, f Format, w []float32, rows, cols int, opt Op
 	if opt.Importance != nil && len(opt.Importance) != cols {
 		return nil, fmt.Errorf("quantize: %d importance weights for %d columns", len(opt.Importance), cols)
 	}
+	if opt.Compensate != nil {
+		if err := checkCompensate(f, opt.Compensate, cols); err != nil {
+			return nil, fmt.Errorf("quantize: %w", err)
+		}
+	}
 	s := f.spec()
 	t := &Tensor{Format: f, Rows: rows, Cols: cols}
 	if s.BlockScales {
@@ -426,13 +442,17 @@ func Quantize(ctx context.Context, f Format, w []float32, rows, cols int, opt Op
 		t.Scale = max(scale, tq2MinScale)
 	}
 	codes := make([]int32, max(t.GroupSize, s.Block)+block)
+	quantizeRow := s.quantizeRow
+	if opt.Compensate != nil {
+		quantizeRow = newCompensator(cols, t.GroupSize).quantizeRow
+	}
 	for r := 0; r < rows; r++ {
-		if r%256 == 0 {
+		if r%256 == 0 || opt.Compensate != nil && r%8 == 0 {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
 		}
-		s.quantizeRow(t, r, w[r*cols:(r+1)*cols], &opt, codes)
+		quantizeRow(t, r, w[r*cols:(r+1)*cols], &opt, codes)
 	}
 	return t, nil
 }

@@ -21,8 +21,9 @@ var q1Spec = Spec{
 }
 
 // quantizeQ1Row packs one row. It has no search: the mean |w| is already
-// the best scale for the signs.
-func quantizeQ1Row(t *Tensor, r int, row []float32, _ *Options, _ []int32) {
+// the best scale for the signs, and with importance weights (under
+// opt.Search) the weighted mean |w|: the signs do not depend on the scale.
+func quantizeQ1Row(t *Tensor, r int, row []float32, opt *Options, _ []int32) {
 	rb := t.RowBytes()
 	dst := t.Data[r*rb : (r+1)*rb]
 	ng := t.Groups()
@@ -36,7 +37,19 @@ func quantizeQ1Row(t *Tensor, r int, row []float32, _ *Options, _ []int32) {
 				dst[c/8] |= 1 << (c % 8)
 			}
 		}
-		d := half.FromFloat32(float32(s / float64(hi-lo)))
+		mean := s / float64(hi-lo)
+		if opt.Search && opt.Importance != nil {
+			var sa, sw float64
+			for i, v := range row[lo:hi] {
+				a := float64(opt.Importance[lo+i])
+				sa += a * math.Abs(float64(v))
+				sw += a
+			}
+			if sw > 0 {
+				mean = sa / sw
+			}
+		}
+		d := half.FromFloat32(float32(mean))
 		t.Scales[r*ng+g] = d
 		df := d.Float32()
 		for _, v := range row[lo:hi] {

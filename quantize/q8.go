@@ -24,7 +24,8 @@ var q8Spec = Spec{
 
 // quantizeQ8Row packs one row. With search, scales below absmax/127 (which
 // clip the largest weights) and the least-squares scale for the chosen codes
-// are tried, keeping the one with the smallest squared error.
+// are tried, keeping the one with the smallest squared error (weighted by
+// opt.Importance where given).
 func quantizeQ8Row(t *Tensor, r int, row []float32, opt *Options, codes []int32) {
 	search := opt.Search
 	rb := t.RowBytes()
@@ -33,23 +34,27 @@ func quantizeQ8Row(t *Tensor, r int, row []float32, opt *Options, codes []int32)
 	for g := 0; g < ng; g++ {
 		lo, hi := groupBounds(g, t.GroupSize, len(row))
 		w := row[lo:hi]
+		var imp []float32
+		if opt.Importance != nil {
+			imp = opt.Importance[lo:hi]
+		}
 		var amax float32
 		for _, v := range w {
 			amax = max(amax, float32(math.Abs(float64(v))))
 		}
 		best := half.FromFloat32(amax / 127)
 		if search && amax > 0 {
-			bestErr := symErr(w, best.Float32(), 127)
+			bestErr := symErr(w, imp, best.Float32(), 127)
 			for _, ratio := range []float32{0.995, 0.99, 0.98, 0.97, 0.96, 0.94, 0.92, 0.9} {
 				d := half.FromFloat32(amax * ratio / 127)
-				if e := symErr(w, d.Float32(), 127); e < bestErr {
+				if e := symErr(w, imp, d.Float32(), 127); e < bestErr {
 					best, bestErr = d, e
 				}
 			}
 			// Least-squares refit of the scale for the best codes.
-			if d := lsScale(w, best.Float32(), 127); d > 0 {
+			if d := lsScale(w, imp, best.Float32(), 127); d > 0 {
 				h := half.FromFloat32(d)
-				if e := symErr(w, h.Float32(), 127); e < bestErr {
+				if e := symErr(w, imp, h.Float32(), 127); e < bestErr {
 					best = h
 				}
 			}
@@ -73,23 +78,33 @@ func symCode(v, d float32, n int32) int32 {
 	return min(max(q, -n), n)
 }
 
-// symErr is the squared error of a group at scale d.
-func symErr(w []float32, d float32, n int32) float64 {
+// symErr is the squared error of a group at scale d, each weight's
+// weighted by imp (nil: unweighted).
+func symErr(w, imp []float32, d float32, n int32) float64 {
 	var e float64
-	for _, v := range w {
+	for i, v := range w {
 		x := float64(d*float32(symCode(v, d, n)) - v)
-		e += x * x
+		if imp != nil {
+			e += float64(imp[i]) * x * x
+		} else {
+			e += x * x
+		}
 	}
 	return e
 }
 
-// lsScale is the scale minimizing the squared error for the codes chosen at d.
-func lsScale(w []float32, d float32, n int32) float32 {
+// lsScale is the scale minimizing the squared error (weighted by imp
+// where given) for the codes chosen at d.
+func lsScale(w, imp []float32, d float32, n int32) float32 {
 	var sqw, sqq float64
-	for _, v := range w {
+	for i, v := range w {
 		q := float64(symCode(v, d, n))
-		sqw += q * float64(v)
-		sqq += q * q
+		a := 1.0
+		if imp != nil {
+			a = float64(imp[i])
+		}
+		sqw += a * q * float64(v)
+		sqq += a * q * q
 	}
 	if sqq == 0 {
 		return 0

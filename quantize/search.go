@@ -12,8 +12,14 @@ import (
 // fp16 as they will be stored, and scores the squared error in closed form
 // from the sums it already has. The best candidate wins; min/max is always
 // among the candidates, so the search is never worse than it.
+//
+// With importance weights (Options.Importance, one per column) every sum is
+// weighted: the error scored is sum imp_i*(d*q_i + m - w_i)^2, the refit is
+// the weighted least squares for the codes, and the codes (nearest level,
+// whatever the weight) come from the same loop as without.
 
-// asymSums are the sums that give a group's least-squares fit and error.
+// asymSums are the sums that give a group's least-squares fit and error;
+// with importance weights each term is weighted (n is then their sum).
 type asymSums struct {
 	n, sq, sqq, sqw, sw, sww float64
 }
@@ -101,6 +107,47 @@ func plainSums(w []float32) (sw, sww float64) {
 	return sw, sww
 }
 
+// weightedPlainSums are plainSums weighted by imp, with the weights' sum.
+func weightedPlainSums(w, imp []float32) (n, sw, sww float64) {
+	for i, v := range w {
+		a, x := float64(imp[i]), float64(v)
+		n += a
+		sw += a * x
+		sww += a * x * x
+	}
+	return n, sw, sww
+}
+
+// weightedCodes quantizes w at (d, m) as asymCodes does and returns the
+// sums weighted by imp; n, sw and sww (weightedPlainSums) are passed in.
+func weightedCodes(w, imp []float32, d, m float32, levels int32, codes []int32, n, sw, sww float64) asymSums {
+	s := asymSums{n: n, sw: sw, sww: sww}
+	if d == 0 {
+		for i := range w {
+			codes[i] = 0
+		}
+		return s
+	}
+	inv, top := 1/d, float32(levels)
+	var sq, sqq, sqw float32
+	i := 0
+	if k := len(w) &^ 7; haveAVX2 && k > 0 {
+		sq, sqq, sqw = asymCodesWeightedAVX2(&w[0], &imp[0], k, m, inv, top, &codes[0])
+		i = k
+	}
+	for ; i < len(w); i++ {
+		x := min(max((w[i]-m)*inv, 0), top)
+		q := int32(x + 0.5) // x >= 0: rounds half up
+		codes[i] = q
+		a := imp[i] * float32(q)
+		sq += a
+		sqq += a * float32(q)
+		sqw += a * w[i]
+	}
+	s.sq, s.sqq, s.sqw = float64(sq), float64(sqq), float64(sqw)
+	return s
+}
+
 // quantizeAsymRow packs one q4 or q2 row.
 func quantizeAsymRow(t *Tensor, r int, row []float32, opt *Options, codes []int32) {
 	search := opt.Search
@@ -113,7 +160,11 @@ func quantizeAsymRow(t *Tensor, r int, row []float32, opt *Options, codes []int3
 	for g := 0; g < ng; g++ {
 		lo, hi := groupBounds(g, t.GroupSize, len(row))
 		w := row[lo:hi]
-		d, m := chooseAsym(w, levels, search, codes)
+		var imp []float32
+		if opt.Importance != nil {
+			imp = opt.Importance[lo:hi]
+		}
+		d, m := chooseAsym(w, imp, levels, search, codes)
 		t.Scales[r*ng+g], t.Mins[r*ng+g] = d, m
 		df, mf := d.Float32(), m.Float32()
 		asymCodes(w, df, mf, levels, codes, 0, 0)
@@ -127,8 +178,9 @@ func quantizeAsymRow(t *Tensor, r int, row []float32, opt *Options, codes []int3
 	}
 }
 
-// chooseAsym picks the stored (d, m) of a group.
-func chooseAsym(w []float32, levels int32, search bool, codes []int32) (half.Float16, half.Float16) {
+// chooseAsym picks the stored (d, m) of a group, minimizing the squared
+// error weighted by imp (nil: unweighted).
+func chooseAsym(w, imp []float32, levels int32, search bool, codes []int32) (half.Float16, half.Float16) {
 	lo, hi := w[0], w[0]
 	for _, v := range w {
 		lo, hi = min(lo, v), max(hi, v)
@@ -138,11 +190,18 @@ func chooseAsym(w []float32, levels int32, search bool, codes []int32) (half.Flo
 	if !search || hi == lo {
 		return bestD, bestM
 	}
-	sw, sww := plainSums(w)
-	s := asymCodes(w, bestD.Float32(), bestM.Float32(), levels, codes, sw, sww)
+	var sums func(d, m float32) asymSums
+	if imp == nil {
+		sw, sww := plainSums(w)
+		sums = func(d, m float32) asymSums { return asymCodes(w, d, m, levels, codes, sw, sww) }
+	} else {
+		n, sw, sww := weightedPlainSums(w, imp)
+		sums = func(d, m float32) asymSums { return weightedCodes(w, imp, d, m, levels, codes, n, sw, sww) }
+	}
+	s := sums(bestD.Float32(), bestM.Float32())
 	bestErr := s.err(float64(bestD.Float32()), float64(bestM.Float32()))
 	try := func(d, m float32) {
-		s := asymCodes(w, d, m, levels, codes, sw, sww)
+		s := sums(d, m)
 		fd, fm, ok := s.fit()
 		if !ok {
 			return
@@ -164,6 +223,12 @@ func chooseAsym(w []float32, levels int32, search bool, codes []int32) (half.Flo
 	for _, c := range [...][2]float32{{0, 0}, {0.03, 0.03}, {0.08, 0.08}, {0.06, 0}, {0, 0.06}, {0.14, 0.14}, {0.2, 0.2}} {
 		a, b := lo+c[0]*span, hi-c[1]*span
 		try((b-a)/L, a)
+	}
+	if imp != nil {
+		// Weighted, min/max is further from the optimum: requantizing at
+		// the best fit and fitting again (a round of Lloyd's algorithm)
+		// recovers part of the distance; more rounds gain little more.
+		try(bestD.Float32(), bestM.Float32())
 	}
 	return bestD, bestM
 }

@@ -23,3 +23,6 @@ func dotQ2KAVX2(q *byte, x *float32, sc, mn *float32, n int) float32
 
 //go:noescape
 func dotQ3KAVX2(q *byte, x *float32, sc *float32, n int) float32
+
+//go:noescape
+func asymCodesWeightedAVX2(w, imp *float32, n int, m, inv, top float32, codes *int32) (sq, sqq, sqw float32)

@@ -478,4 +478,63 @@ k3done:
 	VHADDPS X13, X13, X13
 	VZEROUPPER
 	MOVSS X13, ret+32(FP)
+
+// func asymCodesWeightedAVX2(w, imp *float32, n int, m, inv, top float32, codes *int32) (sq, sqq, sqw float32)
+// asymCodesAVX2 with the sums weighted by imp: Σimp·q, Σimp·q² and Σimp·q·w.
+TEXT ·asymCodesWeightedAVX2(SB), NOSPLIT, $0-60
+	MOVQ w+0(FP), SI
+	MOVQ imp+8(FP), BX
+	MOVQ n+16(FP), CX
+	MOVQ codes+40(FP), DI
+	VBROADCASTSS m+24(FP), Y1
+	VBROADCASTSS inv+28(FP), Y2
+	VBROADCASTSS top+32(FP), Y3
+	VXORPS Y4, Y4, Y4
+	MOVL $0x3f000000, AX        // 0.5
+	VMOVD AX, X5
+	VPBROADCASTD X5, Y5
+	VXORPS Y8, Y8, Y8           // Σimp·q
+	VXORPS Y9, Y9, Y9           // Σimp·q²
+	VXORPS Y10, Y10, Y10        // Σimp·q·w
+	SHRQ $3, CX
+	JZ   wdone
+
+wloop:
+	VMOVUPS (SI), Y0
+	VMOVUPS (BX), Y13
+	VSUBPS Y1, Y0, Y6
+	VMULPS Y2, Y6, Y6
+	VMAXPS Y4, Y6, Y6
+	VMINPS Y3, Y6, Y6
+	VADDPS Y5, Y6, Y6
+	VCVTTPS2DQ Y6, Y7
+	VMOVDQU Y7, (DI)
+	VCVTDQ2PS Y7, Y12
+	VMULPS Y13, Y12, Y14
+	VADDPS Y14, Y8, Y8
+	VFMADD231PS Y12, Y14, Y9
+	VFMADD231PS Y0, Y14, Y10
+	ADDQ $32, SI
+	ADDQ $32, BX
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  wloop
+
+wdone:
+	VEXTRACTF128 $1, Y8, X13
+	VADDPS X13, X8, X8
+	VHADDPS X8, X8, X8
+	VHADDPS X8, X8, X8
+	MOVSS X8, sq+48(FP)
+	VEXTRACTF128 $1, Y9, X13
+	VADDPS X13, X9, X9
+	VHADDPS X9, X9, X9
+	VHADDPS X9, X9, X9
+	MOVSS X9, sqq+52(FP)
+	VEXTRACTF128 $1, Y10, X13
+	VADDPS X13, X10, X10
+	VHADDPS X10, X10, X10
+	VHADDPS X10, X10, X10
+	VZEROUPPER
+	MOVSS X10, sqw+56(FP)
 	RET

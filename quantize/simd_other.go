@@ -28,3 +28,7 @@ func dotQ2KAVX2(q *byte, x *float32, sc, mn *float32, n int) float32 {
 func dotQ3KAVX2(q *byte, x *float32, sc *float32, n int) float32 {
 	panic("quantize: dotQ3KAVX2 without amd64")
 }
+
+func asymCodesWeightedAVX2(w, imp *float32, n int, m, inv, top float32, codes *int32) (sq, sqq, sqw float32) {
+	panic("quantize: asymCodesWeightedAVX2 without amd64")
+}

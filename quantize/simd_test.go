@@ -88,3 +88,42 @@ func TestBlockDotsSIMD(t *testing.T) {
 		}
 	}
 }
+
+// TestWeightedCodesSIMD holds the weighted code search's assembly to its
+// plain-Go loop: the same codes, and sums equal up to float32 rounding.
+func TestWeightedCodesSIMD(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2 and FMA here: the plain-Go loop is the only one")
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, n := range []int{8, 32, 37, 64, 128, 3} {
+		for trial := 0; trial < 200; trial++ {
+			w, imp := make([]float32, n), make([]float32, n)
+			for i := range w {
+				w[i] = float32(rng.NormFloat64() * (1 + 10*float64(rng.IntN(50)/49)))
+				imp[i] = float32(math.Exp(rng.NormFloat64()))
+			}
+			lo, hi := slices.Min(w), slices.Max(w)
+			for _, levels := range []int32{3, 15} {
+				shrink := float32(rng.Float64() * 0.2)
+				m := lo + shrink*(hi-lo)
+				d := (hi - shrink*(hi-lo) - m) / float32(levels)
+				n0, sw, sww := weightedPlainSums(w, imp)
+				fast := make([]int32, n)
+				got := weightedCodes(w, imp, d, m, levels, fast, n0, sw, sww)
+				haveAVX2 = false
+				slow := make([]int32, n)
+				want := weightedCodes(w, imp, d, m, levels, slow, n0, sw, sww)
+				haveAVX2 = true
+				var mag float64 // Σ|imp·q²| + Σ|imp·q·w|: the scale of float32 rounding
+				for i, q := range slow {
+					mag += float64(imp[i]) * float64(q) * (float64(q) + math.Abs(float64(w[i])))
+				}
+				if !slices.Equal(fast, slow) || math.Abs(got.sq-want.sq) > 1e-6*mag+1e-9 ||
+					math.Abs(got.sqq-want.sqq) > 1e-6*mag+1e-9 || math.Abs(got.sqw-want.sqw) > 1e-6*mag+1e-9 {
+					t.Fatalf("n %d levels %d: codes %v sums %+v; Go %v %+v", n, levels, fast, got, slow, want)
+				}
+			}
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"lowbit/gguf"
@@ -166,7 +167,7 @@ func compareWith(ctx context.Context, quant *model.Model, src, ref, format strin
 	if err != nil {
 		return nil, err
 	}
-	th, refWeights := DefaultThresholds(format), ""
+	th, refWeights := formatThresholds(format), ""
 	if isTernaryPair(quant, format) {
 		if err := TernarizeLinears(ctx, refModel); err != nil {
 			return nil, err
@@ -186,6 +187,42 @@ func compareWith(ctx context.Context, quant *model.Model, src, ref, format strin
 	}
 	rep.Format, rep.ReferenceWeights = format, refWeights
 	return rep, nil
+}
+
+// ManifestThresholds are the default pass marks of a converted model: its
+// linear format's, and for a mix of formats those of the format of most
+// bits per weight at or below the mix's target (a mix at 4.6 bits is held
+// to 4-bit marks, one at 3.5 to 2-bit marks).
+func ManifestThresholds(man *manifest.Manifest) Thresholds {
+	if q := man.Quantization; q.TargetBits > 0 {
+		return mixThresholds(q.TargetBits)
+	}
+	return DefaultThresholds(man.Quantization.Format)
+}
+
+// formatThresholds are DefaultThresholds, or for a mix's name
+// (mix<target>, as a manifest or a GGUF file's provenance records it)
+// mixThresholds.
+func formatThresholds(format string) Thresholds {
+	if t, ok := strings.CutPrefix(format, "mix"); ok {
+		if bits, err := strconv.ParseFloat(t, 64); err == nil && bits > 0 {
+			return mixThresholds(bits)
+		}
+	}
+	return DefaultThresholds(format)
+}
+
+// mixThresholds are the marks of the quantized format of most bits per
+// weight at or below target.
+func mixThresholds(target float64) Thresholds {
+	best := quantize.Format("")
+	for _, f := range quantize.Formats() {
+		s := f.Spec()
+		if f.Quantized() && !s.Int8Activations && s.Bits <= target && (best == "" || s.Bits > best.Bits()) {
+			best = f
+		}
+	}
+	return DefaultThresholds(string(best))
 }
 
 // FormatCases keeps the cases of the given format, in any spelling

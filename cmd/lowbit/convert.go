@@ -39,6 +39,7 @@ written as Q8_0, Q4_1, Q1_0 or TQ2_0 with the values lowbit validated.`,
   lowbit convert tinyllama --bits 4            # to tinyllama-q4 in the store
   lowbit convert ./TinyLlama-1.1B-Chat-v1.0 --bits 4 --out ./tinyllama-q4
   lowbit convert tinyllama --bits q4k          # GGUF's Q4_K layout, to tinyllama-q4k
+  lowbit convert tinyllama --bits 3.5 --calib my-text.txt   # a mix of formats, 3.5 bits per weight
   lowbit convert bitnet-2b --bits ternary
   lowbit convert demo --bits 4 --format gguf   # one file for llama.cpp and Ollama: ./demo-q4.gguf`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -123,7 +124,7 @@ written as Q8_0, Q4_1, Q1_0 or TQ2_0 with the values lowbit validated.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&listModels, "list-models", false, "list the built-in model registry")
-	f.StringVar(&opts.Bits, "bits", "", "format of linear weights: 1, 2, 4, 8, ternary (also tq2), GGUF's block formats q5_0, q5_1, q2k, q3k, q4k, q5k, q6k (rows not whole blocks fall back, noted), or f16, bf16, f32 to keep floats (default 4; ternary for BitNet)")
+	f.StringVar(&opts.Bits, "bits", "", "format of linear weights: 1, 2, 4, 8, ternary (also tq2), GGUF's block formats q5_0, q5_1, q2k, q3k, q4k, q5k, q6k (rows not whole blocks fall back, noted), or f16, bf16, f32 to keep floats (default 4; ternary for BitNet); or bits per weight such as 3.5 for a mix of formats chosen by calibration")
 	f.IntVar(&opts.GroupSize, "group-size", 0, "weights per scale group (default: the format's, 32; block formats have none)")
 	f.IntVar(&opts.TableGroupSize, "table-group-size", 0, "weights per scale group of the embeddings and head (default 128 at 8 bits, else --group-size)")
 	f.StringVar(&opts.EmbeddingBits, "embedding-bits", "8", "format of token embeddings: 8, 4, ... or f16, bf16, f32 to keep floats")
@@ -133,6 +134,10 @@ written as Q8_0, Q4_1, Q1_0 or TQ2_0 with the values lowbit validated.`,
 	f.BoolVar(&opts.Force, "force", false, "replace an existing output directory")
 	f.BoolVar(&opts.NoValidate, "no-validate", false, "skip the last stage (kernel checks and the model against its source)")
 	f.BoolVar(&opts.NoSearch, "no-search", false, "plain min/max scales instead of the error-minimizing clipping search")
+	f.StringVar(&opts.Calib, "calib", "", "calibration text file: the float model runs over it and the search weighs each input's error by its activations (default: a built-in text)")
+	f.BoolVar(&opts.NoCalib, "no-calib", false, "no calibration: the search weighs every input alike")
+	f.BoolVar(&opts.GPTQ, "gptq", false, "also compensate each weight's rounding error on the rest of its row (GPTQ), from the calibration: slower, for models of up to a few hundred million weights")
+	f.IntVar(&opts.CalibTokens, "calib-tokens", 0, "most tokens of the calibration text to run (default: 128 to 4096 by model size, fewer for larger models)")
 	f.BoolVar(&opts.AllowNonFinite, "allow-nonfinite", false, "convert weights holding NaN or Inf (they become 0) instead of failing")
 	f.StringVar(&format, "format", "safetensors", "output format: safetensors, npz (also writes model.npz for numpy tools), or gguf (one .gguf file for llama.cpp)")
 	f.IntVar(&workers, "workers", 0, "parallel workers (default: all cores)")

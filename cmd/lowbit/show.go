@@ -31,7 +31,9 @@ type showJSON struct {
 	SizeOnDisk int64                `json:"size_on_disk,omitempty"`
 	Summary    *manifest.Summary    `json:"summary,omitempty"`
 	Validation *manifest.Validation `json:"validation,omitempty"`
-	Source     *sourceJSON          `json:"source,omitempty"`
+	// Calibration is what the search was weighted by (absent: nothing).
+	Calibration *manifest.Calibration `json:"calibration,omitempty"`
+	Source      *sourceJSON           `json:"source,omitempty"`
 }
 
 // formatsJSON are the storage formats of a converted model's weights.
@@ -47,6 +49,8 @@ type formatsJSON struct {
 	Head      string `json:"head,omitempty"`
 	HeadGroup int    `json:"head_group_size,omitempty"`
 	HeadTied  bool   `json:"head_tied,omitempty"`
+	// Mix counts the linear weights of each format and group of a mix.
+	Mix map[string]int `json:"linear_mix,omitempty"`
 }
 
 // sourceJSON is where a converted model came from.
@@ -145,12 +149,18 @@ func describeModel(name, dir string, models store.Store) (showJSON, error) {
 				}
 				f.LinearFallback[t.Format]++
 			}
+			if q.TargetBits > 0 {
+				if f.Mix == nil {
+					f.Mix = map[string]int{}
+				}
+				f.Mix[formatGroup(t.Format, t.GroupSize)]++
+			}
 		}
 	}
 	if f.HeadTied {
 		f.Head = ""
 	}
-	res.Formats, res.Summary, res.Validation = f, &m.Summary, m.Validation
+	res.Formats, res.Summary, res.Validation, res.Calibration = f, &m.Summary, m.Validation, q.Calibration
 	src := m.Source
 	res.Source = &sourceJSON{Label: sourceLabel(src, models), RepoID: src.RepoID, Revision: src.Revision, Commit: src.Commit, Dir: src.Dir}
 	return res, nil
@@ -177,8 +187,24 @@ func printShow(w io.Writer, r showJSON) error {
 	for _, fb := range slices.Sorted(maps.Keys(f.LinearFallback)) {
 		linear += fmt.Sprintf(" (%d as %s: rows not whole blocks)", f.LinearFallback[fb], fb)
 	}
+	if len(f.Mix) > 0 {
+		names := make([]string, 0, len(f.Mix))
+		for n := range f.Mix {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		for i, n := range names {
+			names[i] = fmt.Sprintf("%s x%d", n, f.Mix[n])
+		}
+		linear += " (" + strings.Join(names, ", ") + ")"
+	}
+	calibration := "none: every input weighed alike"
+	if c := r.Calibration; c != nil {
+		calibration = fmt.Sprintf("%s, %d tokens of %s (sha256 %.12s)", c, c.Tokens, c.Source, c.SHA256)
+	}
 	lines = append(lines,
 		[2]string{"formats", fmt.Sprintf("linear %s, embeddings %s, head %s", linear, formatGroup(f.Embedding, f.EmbeddingGroup), head)},
+		[2]string{"calibration", calibration},
 		[2]string{"parameters", fmt.Sprintf("%d (%s)", s.Parameters, humanCount(s.Parameters))},
 		[2]string{"size", fmt.Sprintf("%s on disk (source %s), %.2f bits/weight", humanBytes(r.SizeOnDisk), humanBytes(s.SourceBytes), s.BitsPerWeight)},
 		[2]string{"error", fmt.Sprintf("relative L2 mean %.4f, max %.4f (%s)", s.MeanRelL2Error, s.MaxRelL2Error, s.MaxErrorTensor)},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -23,8 +24,15 @@ func newValidateCmd() *cobra.Command {
 		seed      int64
 		realDir   string
 		reference string
-		textFile  string
+		textFiles []string
 		maxTokens int
+		sweep     bool
+		sample    int
+		calibFile string
+		calibToks int
+		targets   []float64
+		window    int
+		workers   int
 		device    string
 		asJSON    bool
 		quiet     bool
@@ -50,12 +58,28 @@ when a check fails.`,
 		Example: `  lowbit validate --kernels
   lowbit validate ./tinyllama-q4
   lowbit validate ./tinyllama-q4 --reference ./TinyLlama-1.1B-Chat-v1.0 --text book.txt --html report.html
-  lowbit validate tinyllama-q4_1.gguf --reference TinyLlama/TinyLlama-1.1B-Chat-v1.0`,
+  lowbit validate tinyllama-q4_1.gguf --reference TinyLlama/TinyLlama-1.1B-Chat-v1.0
+  lowbit validate --sweep ./stories260K-hf --text alice.txt          # every format, bits against KLD
+  lowbit validate --sweep ./stories260K-hf --targets 2.7,3.6 --calib my.txt --json`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if len(args) == 0 && !kernels {
 				return fmt.Errorf("give a model directory to validate, or --kernels")
+			}
+			texts, err := readTexts(textFiles)
+			if err != nil {
+				return err
+			}
+			if sweep {
+				if len(args) != 1 || kernels {
+					return fmt.Errorf("--sweep takes one float model (an HF directory) and no --kernels")
+				}
+				return runSweep(cmd, args[0], sweepFlags{texts: texts, sample: sample, seed: seed, calibFile: calibFile,
+					calibTokens: calibToks, targets: targets, window: window, maxTokens: maxTokens, workers: workers, asJSON: asJSON, quiet: quiet})
+			}
+			if len(texts) > 1 {
+				return fmt.Errorf("--text: one evaluation text validates a model (several are for --sweep)")
 			}
 			devices, err := newBackends(device, cmd.ErrOrStderr(), quiet || asJSON)
 			if err != nil {
@@ -72,15 +96,8 @@ when a check fails.`,
 			rep := &validate.Report{}
 			if len(args) == 1 {
 				text := ""
-				if textFile != "" {
-					b, err := safefile.ReadFile(textFile, maxTextSize)
-					if err != nil {
-						return fmt.Errorf("--text: %w", err)
-					}
-					if len(b) == 0 {
-						return fmt.Errorf("--text %s: the file is empty", textFile)
-					}
-					text = string(b)
+				if len(texts) == 1 {
+					text = texts[0].Text
 				}
 				// A name never downloads: a Hub repo is a float model, not one to validate.
 				dir, err := resolveModelDir(ctx, args[0], "", true, nil, noticeWriter(cmd, quiet))
@@ -176,8 +193,15 @@ when a check fails.`,
 	f.Int64Var(&seed, "seed", -1, "seed of the kernel inputs (-1: new each run; the report prints it), as run's --seed")
 	f.StringVar(&realDir, "model", "", "also use rows of this float model's weights as kernel inputs")
 	f.StringVar(&reference, "reference", "", "the float original: a directory or a repo id in the HF cache (default: the model's source)")
-	f.StringVar(&textFile, "text", "", "evaluation text file (default: a built-in passage)")
+	f.StringArrayVar(&textFiles, "text", nil, "evaluation text file (default: a built-in passage; repeat for --sweep)")
 	f.IntVar(&maxTokens, "max-tokens", 0, "most tokens of the text to evaluate (default 8192)")
+	f.BoolVar(&sweep, "sweep", false, "quantize a float model every way (each format without and with calibration, mixes) and print bits per weight against KLD, top-1 and perplexity")
+	f.IntVar(&sample, "sample", 2048, "with --sweep: also evaluate on this many tokens sampled from the float model at temperature 1 (--seed, default 1; 0: none)")
+	f.StringVar(&calibFile, "calib", "", "with --sweep: calibration text file (default: the built-in one)")
+	f.IntVar(&calibToks, "calib-tokens", 0, "with --sweep: most tokens of the calibration text (default: 128 to 4096 by model size)")
+	f.Float64SliceVar(&targets, "targets", validate.DefaultSweepTargets, "with --sweep: mixed-precision targets, bits per linear weight")
+	f.IntVar(&window, "window", 256, "with --sweep: tokens per forward pass")
+	f.IntVar(&workers, "workers", 0, "with --sweep: goroutines (default: all cores)")
 	f.StringVar(&device, "device", "auto", "cpu, cuda or auto")
 	f.Var(&kvCache, "kv-cache", kvCacheUsage+" (the reference's is f32; f16's and q8's own costs are reported too)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
@@ -189,4 +213,73 @@ when a check fails.`,
 	f.Float64Var(&top1, "min-top1", 0, "threshold: least top-1 agreement (0..1)")
 	f.Float64Var(&pplRatio, "max-ppl-ratio", 0, "threshold: most perplexity ratio")
 	return cmd
+}
+
+// readTexts reads --text files, each bounded and non-empty.
+func readTexts(files []string) ([]validate.SweepText, error) {
+	var out []validate.SweepText
+	for _, f := range files {
+		b, err := safefile.ReadFile(f, maxTextSize)
+		if err != nil {
+			return nil, fmt.Errorf("--text: %w", err)
+		}
+		if len(b) == 0 {
+			return nil, fmt.Errorf("--text %s: the file is empty", f)
+		}
+		out = append(out, validate.SweepText{Name: filepath.Base(f), Text: string(b)})
+	}
+	return out, nil
+}
+
+// sweepFlags are validate --sweep's settings.
+type sweepFlags struct {
+	texts                                  []validate.SweepText
+	sample, calibTokens, window, maxTokens int
+	workers                                int
+	seed                                   int64
+	calibFile                              string
+	targets                                []float64
+	asJSON, quiet                          bool
+}
+
+// runSweep is validate --sweep: a float model quantized every way.
+func runSweep(cmd *cobra.Command, name string, f sweepFlags) error {
+	ctx := cmd.Context()
+	dir, err := resolveModelDir(ctx, name, "", true, nil, noticeWriter(cmd, f.quiet))
+	if err != nil {
+		return err
+	}
+	o := validate.SweepDirOptions{Texts: f.texts, SampleTokens: f.sample, SampleSeed: 1, CalibTokens: f.calibTokens,
+		Targets: f.targets, Window: f.window, MaxTokens: f.maxTokens, Workers: f.workers}
+	if f.seed >= 0 {
+		o.SampleSeed = uint64(f.seed)
+	}
+	if f.calibFile != "" {
+		b, err := safefile.ReadFile(f.calibFile, maxTextSize)
+		if err != nil {
+			return fmt.Errorf("--calib: %w", err)
+		}
+		o.CalibText, o.CalibSource = string(b), f.calibFile
+	}
+	if w := progressWriter(f.quiet || f.asJSON); w != nil {
+		o.Progress = func(i, n int, v validate.SweepVariant) {
+			fmt.Fprintf(w, "\rsweep %d/%d: %-16s", i+1, n, v.Name)
+			if i+1 == n {
+				fmt.Fprintln(w)
+			}
+		}
+	}
+	rep, err := validate.SweepDir(ctx, dir, o)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if f.asJSON {
+		return printJSON(out, rep)
+	}
+	fmt.Fprintf(out, "%s: calibration %s (%d tokens, sha256 %.12s)\n", rep.Model, rep.Calibration.Source, rep.Calibration.Tokens, rep.Calibration.SHA256)
+	for _, t := range rep.Texts {
+		fmt.Fprintf(out, "text %s (sha256 %.12s)\n", t.Name, t.SHA256)
+	}
+	return validate.WriteSweep(out, rep.Rows)
 }

@@ -100,3 +100,77 @@ func TestValidateBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestValidateSweep: --sweep prints a row per format, calibrated and not,
+// and per mix, with bits per weight and each text's figures; --json
+// carries the same; a second --text is only for a sweep.
+func TestValidateSweep(t *testing.T) {
+	src := t.TempDir()
+	spec := fixture.Llama()
+	spec.Hidden, spec.Intermediate, spec.HeadDim = 128, 256, 32
+	if err := spec.Write(src); err != nil {
+		t.Fatal(err)
+	}
+	text := filepath.Join(t.TempDir(), "eval.txt")
+	if err := os.WriteFile(text, []byte(strings.Repeat("a dog ran to the door and then it sat. ", 20)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runIn(t, "", "validate", "--sweep", src, "--text", text, "--sample", "200", "--targets", "4.6", "--max-tokens", "200", "-q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"calibration built-in", "text eval.txt", "text sampled(seed 1)", "linear bpw", "q4+calib", "mix4.6", "eval.txt KLD", "sampled(seed 1) KLD"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("sweep output lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, err = runIn(t, "", "validate", "--sweep", src, "--text", text, "--sample", "0", "--targets", "3.6", "--max-tokens", "200", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Texts []struct{ Name string }
+		Rows  []struct {
+			Variant struct{ Name string }
+			Bits    map[string]float64 `json:"bits_per_weight"`
+			Texts   []struct {
+				KLD float64 `json:"kld_mean"`
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]int{}
+	for i, r := range rep.Rows {
+		names[r.Variant.Name] = i
+		if len(r.Texts) != 1 || !(r.Texts[0].KLD >= 0) {
+			t.Errorf("row %s: %+v", r.Variant.Name, r.Texts)
+		}
+	}
+	mix, ok := names["mix3.6"]
+	_, gptq := names["q4+gptq"]
+	if len(rep.Texts) != 1 || len(rep.Rows) != 14 || !ok || !gptq || rep.Rows[mix].Bits["linear"] > 3.6 {
+		t.Errorf("JSON report %+v", rep)
+	}
+	if _, _, err := runIn(t, "", "validate", src, "--text", text, "--text", text); err == nil || !strings.Contains(err.Error(), "--sweep") {
+		t.Errorf("two texts without --sweep: %v", err)
+	}
+}
+
+// TestConvertMixCLI: --bits 5.2 converts stories260K to a mix named by its target, which passes the 4-bit marks.
+func TestConvertMixCLI(t *testing.T) {
+	src := testmodels.Path(t, "stories260K-hf")
+	q := filepath.Join(t.TempDir(), "mix")
+	out, err := run(t, "convert", src, "--bits", "5.2", "-o", q, "-q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "result: PASS") || !strings.Contains(out, "thresholds (mix5.2)") {
+		t.Errorf("convert output:\n%s", out)
+	}
+	out, _, err = runIn(t, "", "show", q)
+	if err != nil || !strings.Contains(out, "mix5.2") {
+		t.Errorf("show: %v\n%s", err, out)
+	}
+}
