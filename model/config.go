@@ -534,8 +534,8 @@ func (c Config) TensorShape(name string) []int64 {
 }
 
 // CachePositionBytes is the key/value cache one position of one sequence
-// takes (float32 keys and values of every layer), what a server divides
-// its cache budget by.
-func (c Config) CachePositionBytes() int64 {
-	return int64(c.NumLayers) * int64(c.NumKVHeads*c.HeadDim) * 2 * 4
+// takes (keys and values of every layer, stored as t), what a server
+// divides its cache budget by.
+func (c Config) CachePositionBytes(t KVType) int64 {
+	return 2 * int64(c.NumLayers) * t.RowBytes(c.NumKVHeads*c.HeadDim, c.HeadDim)
 }

@@ -27,6 +27,7 @@ type serveFlags struct {
 	parallel int
 	chunk    int
 	kvBudget string
+	kvCache  kvCacheFlag
 	apiKey   string
 	maxBody  int64
 	grace    time.Duration
@@ -87,6 +88,7 @@ accepting, lets requests in flight finish for --grace, cancels the rest and exit
 	fl.Int64Var(&f.maxBody, "max-body", serve.DefaultMaxBodyBytes, "largest request body in bytes")
 	fl.DurationVar(&f.grace, "grace", 10*time.Second, "how long requests in flight may finish after SIGTERM")
 	fl.IntVar(&f.ctxLen, "ctx", 0, "context length in tokens (default: the model's, at most 4096)")
+	fl.Var(&f.kvCache, "kv-cache", kvCacheUsage)
 	fl.StringVar(&f.device, "device", "auto", "where to run: cuda, cpu or auto")
 	fl.BoolVar(&f.jsonLog, "json", false, "log requests as JSON objects")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress bars or notices")
@@ -207,14 +209,14 @@ func loadServed(cmd *cobra.Command, name string, backend model.Backend, steps sy
 		return serve.Model{}, err
 	}
 	if budget > 0 {
-		fits := budget / (int64(f.parallel) * m.Config.CachePositionBytes())
+		fits := budget / (int64(f.parallel) * m.Config.CachePositionBytes(f.kvCache.t))
 		if fits < minSlotContext {
 			return serve.Model{}, fmt.Errorf("%s: --kv-budget %s holds %d positions for each of --parallel %d slots (a position takes %s); want at least %d: raise it or lower --parallel",
-				name, f.kvBudget, fits, f.parallel, humanBytes(m.Config.CachePositionBytes()), minSlotContext)
+				name, f.kvBudget, fits, f.parallel, humanBytes(m.Config.CachePositionBytes(f.kvCache.t)), minSlotContext)
 		}
 		ctxLen = int(min(int64(ctxLen), fits))
 	}
-	s, err := m.NewSession(model.SessionOptions{Backend: backend, Context: ctxLen, Batch: maxStep, Slots: f.parallel})
+	s, err := m.NewSession(model.SessionOptions{Backend: backend, Context: ctxLen, Batch: maxStep, Slots: f.parallel, KVCache: f.kvCache.t})
 	if err != nil {
 		return serve.Model{}, err
 	}
