@@ -478,6 +478,7 @@ k3done:
 	VHADDPS X13, X13, X13
 	VZEROUPPER
 	MOVSS X13, ret+32(FP)
+	RET
 
 // func asymCodesWeightedAVX2(w, imp *float32, n int, m, inv, top float32, codes *int32) (sq, sqq, sqw float32)
 // asymCodesAVX2 with the sums weighted by imp: Σimp·q, Σimp·q² and Σimp·q·w.
