@@ -50,7 +50,7 @@ func Candidates() []Candidate {
 			continue
 		}
 		out = append(out, Candidate{Format: f, Group: s.Group})
-		if s.Group > 0 && !s.TensorScale {
+		if s.Group > 0 && !s.TensorScale && !s.BlockScales {
 			out = append(out, Candidate{Format: f, Group: 2 * s.Group}, Candidate{Format: f, Group: 4 * s.Group})
 		}
 	}

@@ -121,6 +121,21 @@ func DefaultVariants(targets []float64, gptq bool) []SweepVariant {
 	return out
 }
 
+// blocksFit says every linear weight of m has rows of whole blocks of f
+// (always, for a format of groups).
+func blocksFit(m *model.Model, f quantize.Format) bool {
+	s := f.Spec()
+	if !s.BlockScales {
+		return true
+	}
+	for _, name := range linearNames(m) {
+		if m.Weights[name].Cols%s.Block != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // Sweep measures each variant of ref (a float model) on each text.
 func Sweep(ctx context.Context, ref *model.Model, tok tokenizer.Tokenizer, opts SweepOptions) ([]SweepRow, error) {
 	if len(opts.Texts) == 0 {
@@ -152,6 +167,9 @@ func Sweep(ctx context.Context, ref *model.Model, tok tokenizer.Tokenizer, opts 
 		plan := map[string]calib.Candidate{}
 		for _, name := range linearNames(ref) {
 			plan[name] = v.Candidate
+		}
+		if v.TargetBits == 0 && !blocksFit(ref, v.Candidate.Format) {
+			continue // a block format whose blocks the model's rows are not whole numbers of
 		}
 		if v.TargetBits > 0 {
 			if costs == nil {
