@@ -67,13 +67,31 @@ func (b *Backend) chainGreedy(key any, sb Buffer, n int) (int, error) {
 	if fits {
 		next = s.chain
 	}
+	var tail func() error
+	if !argmaxed {
+		tail = func() error { return b.d.argmaxChain(sb, n, b.idx, b.tok, b.pos, b.d.idDev) }
+	}
+	id, err := b.queueNext(tail, next)
+	if err != nil {
+		return 0, err
+	}
+	b.first++
+	b.chain = &chainedStep{key: key, tok: int(id), pos: b.first, argmaxed: fits}
+	return int(id), nil
+}
+
+// queueNext queues tail (the id's kernels for the step running now, when
+// its graph did not end with them; nil: none), then the event behind
+// the id, then next (the following step's graph), and waits for the id
+// of the step at b.first while next runs.
+func (b *Backend) queueNext(tail func() error, next *Graph) (int32, error) {
 	var id int32
 	err := b.run(func() error {
 		if err := b.d.hostID(); err != nil {
 			return err
 		}
-		if !argmaxed {
-			if err := b.d.argmaxChain(sb, n, b.idx, b.tok, b.pos, b.d.idDev); err != nil {
+		if tail != nil {
+			if err := tail(); err != nil {
 				return err
 			}
 		}
@@ -87,12 +105,7 @@ func (b *Backend) chainGreedy(key any, sb Buffer, n int) (int, error) {
 		id, err = b.d.idFromHost(b.first)
 		return err
 	})
-	if err != nil {
-		return 0, err
-	}
-	b.first++
-	b.chain = &chainedStep{key: key, tok: int(id), pos: b.first, argmaxed: fits}
-	return int(id), nil
+	return id, err
 }
 
 // captureChain records key's step followed by the argmax of its logits at

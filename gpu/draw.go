@@ -203,29 +203,16 @@ func (b *Backend) chainDraw(key any, seq model.Seq, src Buffer, n int, d *model.
 	// draw, has drawn already (chained checked its index and recent
 	// tokens); else the draw starts here from d.
 	drawn := run != nil && run.key == key && run.draw != nil && run.plan == p
-	var id int32
-	err := b.run(func() error {
-		if err := b.d.hostID(); err != nil {
-			return err
-		}
-		if !drawn {
+	var tail func() error
+	if !drawn {
+		tail = func() error {
 			if err := b.setDraw(d); err != nil {
 				return err
 			}
-			if err := b.launchDraw(src, n, d, p, true); err != nil {
-				return err
-			}
+			return b.launchDraw(src, n, d, p, true)
 		}
-		if err := b.d.markID(); err != nil {
-			return err
-		}
-		if err := b.d.launchGraph(s.drawChain); err != nil {
-			return err
-		}
-		var err error
-		id, err = b.d.idFromHost(b.first)
-		return err
-	})
+	}
+	id, err := b.queueNext(tail, s.drawChain)
 	if err != nil {
 		return 0, err
 	}
