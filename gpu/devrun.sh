@@ -248,6 +248,16 @@ longplan() {
 	DEPTH=3900 bench llama3.1-8b 4 LOWBIT_ATTN_BLOCKS=32 LOWBIT_ATTN_SLICE=256
 }
 
+# ab0: decode at depth 0 against the baseline, alternating, two rounds.
+ab0() {
+	for round in 1 2; do
+		for b in "tinyllama 4" "llama2-7b 4"; do
+			base $b
+			bench $b
+		done
+	done
+}
+
 # attnsplit: TinyLlama decode with four query heads a block and slices of
 # 128 against today's split, at depths from 0 to 1900.
 attnsplit() {
