@@ -230,7 +230,7 @@ func TestConversationReusesCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := encodeRendered(tok, prompt)
+	ids, err := tokenizer.EncodeRendered(tok, prompt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package chat
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -85,7 +84,7 @@ func (r *Runner) Reply(ctx context.Context, tpl *tokenizer.ChatTemplate, msgs []
 	if err != nil {
 		return Result{}, err
 	}
-	ids, err := encodeRendered(r.tok, prompt)
+	ids, err := tokenizer.EncodeRendered(r.tok, prompt)
 	if err != nil {
 		return Result{}, err
 	}
@@ -133,45 +132,4 @@ func (t *trimLeft) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
-}
-
-// encodeRendered tokenizes a rendered chat prompt as transformers does
-// (apply_chat_template: no special tokens added, the template writes them):
-// the BOS and EOS strings the template wrote become their ids. Tokenizers
-// that read special tokens in text (tokenizer.json) do this themselves; for
-// the others (SentencePiece) the text is split at those strings.
-func encodeRendered(t tokenizer.Tokenizer, text string) ([]int, error) {
-	var specials []string
-	ids := map[string]int{}
-	for _, id := range []int{t.BOS(), t.EOS()} {
-		if p := t.Piece(id); p != "" {
-			if got, err := t.Encode(p, false); err == nil && len(got) == 1 && got[0] == id {
-				continue // the tokenizer reads it in text by itself
-			}
-			specials = append(specials, p)
-			ids[p] = id
-		}
-	}
-	var out []int
-	for text != "" {
-		at, which := len(text), ""
-		for _, s := range specials {
-			if i := strings.Index(text, s); i >= 0 && i < at {
-				at, which = i, s
-			}
-		}
-		if at > 0 {
-			got, err := t.Encode(text[:at], false)
-			if err != nil {
-				return nil, fmt.Errorf("chat: encoding the rendered template: %w", err)
-			}
-			out = append(out, got...)
-		}
-		if which == "" {
-			break
-		}
-		out = append(out, ids[which])
-		text = text[at+len(which):]
-	}
-	return out, nil
 }

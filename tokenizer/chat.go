@@ -400,3 +400,44 @@ func strftime(t time.Time, f string) string {
 		"%S", "05", "%b", "Jan", "%B", "January", "%a", "Mon", "%A", "Monday", "%y", "06", "%%", "%")
 	return t.Format(r.Replace(f))
 }
+
+// EncodeRendered tokenizes a rendered chat prompt as transformers does
+// (apply_chat_template: no special tokens added, the template writes them):
+// the BOS and EOS strings the template wrote become their ids. Tokenizers
+// that read special tokens in text (tokenizer.json) do this themselves; for
+// the others (SentencePiece) the text is split at those strings.
+func EncodeRendered(t Tokenizer, text string) ([]int, error) {
+	var specials []string
+	ids := map[string]int{}
+	for _, id := range []int{t.BOS(), t.EOS()} {
+		if p := t.Piece(id); p != "" {
+			if got, err := t.Encode(p, false); err == nil && len(got) == 1 && got[0] == id {
+				continue // the tokenizer reads it in text by itself
+			}
+			specials = append(specials, p)
+			ids[p] = id
+		}
+	}
+	var out []int
+	for text != "" {
+		at, which := len(text), ""
+		for _, s := range specials {
+			if i := strings.Index(text, s); i >= 0 && i < at {
+				at, which = i, s
+			}
+		}
+		if at > 0 {
+			got, err := t.Encode(text[:at], false)
+			if err != nil {
+				return nil, fmt.Errorf("chat: encoding the rendered template: %w", err)
+			}
+			out = append(out, got...)
+		}
+		if which == "" {
+			break
+		}
+		out = append(out, ids[which])
+		text = text[at+len(which):]
+	}
+	return out, nil
+}

@@ -185,7 +185,47 @@ func compareWith(ctx context.Context, quant *model.Model, src, ref, format strin
 	if rep.KVCaches, err = CompareKVCaches(ctx, refModel, tok, o.KVCaches, opts); err != nil {
 		return nil, err
 	}
+	if rep.Chat, err = compareChat(ctx, quant, refModel, src, tok, opts); err != nil {
+		return nil, err
+	}
 	rep.Format, rep.ReferenceWeights = format, refWeights
+	return rep, nil
+}
+
+// DefaultChat is the conversation a model's chat template renders for
+// validation: a system message and two turns.
+var DefaultChat = []tokenizer.Message{
+	{Role: "system", Content: "You are a friendly storyteller who answers briefly."},
+	{Role: "user", Content: "Tell me about a girl who finds a boat by the river."},
+	{Role: "assistant", Content: "Lily found a little red boat tied to an old post. She waited for its owner, an old man with a grey beard, who promised to sail her across."},
+	{Role: "user", Content: "What did she see on the other side?"},
+	{Role: "assistant", Content: "A meadow full of flowers, and a path that led to a small house where a cat was sleeping in the sun."},
+}
+
+// compareChat compares quant and ref over DefaultChat as src's chat
+// template renders it (nil where the model has none, or its template
+// takes no system message: then without it).
+func compareChat(ctx context.Context, quant, ref *model.Model, src string, tok tokenizer.Tokenizer, opts ModelOptions) (*ModelReport, error) {
+	tpl, err := tokenizer.LoadChatTemplate(src)
+	if err != nil || tpl == nil {
+		return nil, err
+	}
+	text, err := tpl.Render(DefaultChat, false)
+	if err != nil {
+		if text, err = tpl.Render(DefaultChat[1:], false); err != nil {
+			return nil, fmt.Errorf("validate: the chat template: %w", err)
+		}
+	}
+	ids, err := tokenizer.EncodeRendered(tok, text)
+	if err != nil {
+		return nil, fmt.Errorf("validate: the rendered chat: %w", err)
+	}
+	opts.IDs = ids
+	rep, err := CompareModels(ctx, quant, ref, tok, opts)
+	if err != nil {
+		return nil, fmt.Errorf("validate: chat: %w", err)
+	}
+	rep.Format, rep.KLD, rep.LayerRelErr = "chat", nil, nil
 	return rep, nil
 }
 

@@ -75,6 +75,10 @@ type ModelOptions struct {
 	Thresholds Thresholds
 	// Backend runs both models (nil: the CPU).
 	Backend func() (model.Backend, error)
+	// IDs, when set, are the tokens evaluated instead of Text's (a
+	// conversation the model's chat template rendered: it writes its own
+	// BOS, so windows add none).
+	IDs []int
 	// KVCache is how the quantized model's cache stores keys and values
 	// (the zero value: f32); the reference's cache is always f32, so the
 	// report counts what a narrower cache costs with what the weights cost.
@@ -104,6 +108,10 @@ type ModelReport struct {
 	ReferenceWeights string `json:"reference_weights,omitempty"`
 	// KVCache is the quantized model's cache type.
 	KVCache string `json:"kv_cache"`
+	// Chat is the same comparison over a conversation the model's chat
+	// template rendered (DefaultChat: its role markers, end-of-turn and
+	// EOS tokens predicted as a chat predicts them), where it has one.
+	Chat *ModelReport `json:"chat,omitempty"`
 	// KVCaches are what each cache type costs alone: the reference with
 	// that cache against the reference with f32's (CompareKVCaches).
 	KVCaches   []*ModelReport `json:"kv_caches,omitempty"`
@@ -124,16 +132,19 @@ func CompareModels(ctx context.Context, quant, ref *model.Model, tok tokenizer.T
 	case qc.NumLayers != rc.NumLayers || qc.HiddenSize != rc.HiddenSize:
 		return nil, fmt.Errorf("validate: the reference has %d layers of %d, the quantized model %d of %d", rc.NumLayers, rc.HiddenSize, qc.NumLayers, qc.HiddenSize)
 	}
-	text := opts.Text
-	if text == "" {
-		text = DefaultText
-	}
-	if strings.TrimSpace(text) == "" {
-		return nil, errors.New("validate: the evaluation text is empty")
-	}
-	ids, err := tok.Encode(text, false)
-	if err != nil {
-		return nil, fmt.Errorf("validate: encoding the text: %w", err)
+	ids := opts.IDs
+	if ids == nil {
+		text := opts.Text
+		if text == "" {
+			text = DefaultText
+		}
+		if strings.TrimSpace(text) == "" {
+			return nil, errors.New("validate: the evaluation text is empty")
+		}
+		var err error
+		if ids, err = tok.Encode(text, false); err != nil {
+			return nil, fmt.Errorf("validate: encoding the text: %w", err)
+		}
 	}
 	maxTok := opts.MaxTokens
 	if maxTok <= 0 {
@@ -151,6 +162,7 @@ func CompareModels(ctx context.Context, quant, ref *model.Model, tok tokenizer.T
 	newSession := func(m *model.Model, kv model.KVType) (*model.Session, error) {
 		var b model.Backend
 		if opts.Backend != nil {
+			var err error
 			if b, err = opts.Backend(); err != nil {
 				return nil, err
 			}
@@ -171,7 +183,7 @@ func CompareModels(ctx context.Context, quant, ref *model.Model, tok tokenizer.T
 	}
 	window = min(window, qs.Context(), rs.Context())
 	bos := -1
-	if tokenizer.AddBOS(tok) && tok.BOS() >= 0 {
+	if opts.IDs == nil && tokenizer.AddBOS(tok) && tok.BOS() >= 0 {
 		bos = tok.BOS()
 	}
 	rep := &ModelReport{Tokens: len(ids), Thresholds: opts.Thresholds, LayerRelErr: make([]float64, qc.NumLayers+1), KVCache: opts.KVCache.String()}

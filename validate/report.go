@@ -113,6 +113,10 @@ func (r *Report) WriteText(w io.Writer) error {
 		for _, f := range m.Failures {
 			fmt.Fprintf(&b, "  FAIL: %s\n", f)
 		}
+		if c := m.Chat; c != nil {
+			fmt.Fprintf(&b, "  chat (its template, %d positions): KLD mean %.4f  p99 %.4f  top-1 %.1f%%  PPL %+.1f%%  %s\n",
+				c.Positions, c.KLDMean, c.KLDP99, 100*c.Top1, 100*(c.PPLRatio-1), c.Status)
+		}
 		for _, c := range m.KVCaches {
 			fmt.Fprintf(&b, "  %s cache alone (reference vs reference with f32): KLD mean %.2g  p99 %.2g  top-1 %.1f%%  PPL %+.3f%%  %s\n",
 				strings.TrimPrefix(c.Format, "kv "), c.KLDMean, c.KLDP99, 100*c.Top1, 100*(c.PPLRatio-1), c.Status)

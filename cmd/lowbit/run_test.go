@@ -327,6 +327,18 @@ func TestFamiliesEndToEnd(t *testing.T) {
 			if !strings.Contains(stdout, "kld") {
 				t.Fatalf("validate printed no KLD: %s", stdout)
 			}
+			// ... and measured the conversation the model's template renders
+			var rep struct {
+				Model struct {
+					Chat *struct {
+						Positions int     `json:"positions"`
+						KLD       float64 `json:"kld_mean"`
+					} `json:"chat"`
+				} `json:"model"`
+			}
+			if err := json.Unmarshal([]byte(stdout), &rep); err != nil || rep.Model.Chat == nil || rep.Model.Chat.Positions < 10 || !(rep.Model.Chat.KLD >= 0) {
+				t.Fatalf("validate measured no chat (%v): %s", err, stdout)
+			}
 			stdout, stderr, err = runIn(t, "hello there\n", "run", out, "--device", "cpu", "--temp", "0", "-n", "4", "--json")
 			if err != nil {
 				t.Fatalf("run: %v\n%s", err, stderr)
