@@ -74,10 +74,11 @@ func rate(n int, d time.Duration) float64 {
 	return float64(n) / d.Seconds()
 }
 
-// DrawCandidates is how many of the most likely tokens a backend that
-// draws on its device (Want.Draw) takes where top-k does not bound them:
-// enough for top-p and min-p on a trained model's peaked distributions;
-// a draw reaching past them is left to the host.
+// DrawCandidates is how many of the most likely tokens a sampled step
+// looks at where top-k does not bound them (a backend drawing on its
+// device, Want.Draw; a scheduler asking for Want.TopK): enough for top-p
+// and min-p on a trained model's peaked distributions; a draw reaching
+// past them reads every logit.
 const DrawCandidates = 256
 
 // Generate feeds prompt to the session (after whatever it already holds,

@@ -70,10 +70,6 @@ type StepInfo struct {
 // ErrQueueFull refuses a request when Options.Queue requests already wait.
 var ErrQueueFull = errors.New("sched: the queue is full")
 
-// sampleCandidates is how many of the most likely tokens a sampled step
-// asks the backend for, as model.Generate does.
-const sampleCandidates = 256
-
 // Scheduler runs generations on one session's slots. It is safe for
 // concurrent use; its steps run on a goroutine of its own, started while
 // there is work.
@@ -559,7 +555,7 @@ func wantOf(rows []*seq) (model.Want, []rowKind) {
 	}
 	switch {
 	case cands:
-		w.TopK, w.Temp = sampleCandidates, temp
+		w.TopK, w.Temp = model.DrawCandidates, temp
 	case full:
 		w.Logits = true
 	}
@@ -586,7 +582,7 @@ func (sc *Scheduler) pick(r int, q *seq, kind rowKind, want model.Want, res *mod
 			if err != nil {
 				return 0, nil, err
 			}
-			c = model.TopCandidates(logits, sampleCandidates, temp)
+			c = model.TopCandidates(logits, model.DrawCandidates, temp)
 		}
 		if c.Exact {
 			if id, ok := q.sampler.PickCandidates(c.IDs, c.Logits, c.SumExp); ok {
