@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 
 	"lowbit/model"
 )
@@ -192,17 +191,8 @@ func (r *recorder) record(x model.Buf, norm model.Norm, outs []model.Output) *si
 	for row := 0; row < len(in)/cols; row++ {
 		v := in[row*cols : (row+1)*cols]
 		if gain != nil {
-			// As the CPU backend norms it: the mean square in float64, the
-			// scale in float32.
-			var ss float64
-			for _, a := range v {
-				ss += float64(a) * float64(a)
-			}
-			inv := float32(1 / math.Sqrt(float64(float32(ss/float64(cols))+eps)))
-			for j, a := range v {
-				xn[j] = gain[j] * (a * inv)
-			}
-			v = xn
+			model.RMSNormRow(xn[:cols], v, gain, eps)
+			v = xn[:cols]
 		}
 		for j, a := range v {
 			s.sumSq[j] += float64(a) * float64(a)

@@ -313,17 +313,24 @@ func (c *CPU) Linear(x Buf, norm Norm, outs ...Output) {
 func (c *CPU) rmsNorm(dst, x, g []float32, n, dim int, eps float32) {
 	c.parallel(n, 1, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			xs, ys := x[i*dim:(i+1)*dim], dst[i*dim:(i+1)*dim]
-			var ss float64
-			for _, v := range xs {
-				ss += float64(v) * float64(v)
-			}
-			inv := float32(1 / math.Sqrt(float64(float32(ss/float64(dim))+eps)))
-			for j, v := range xs {
-				ys[j] = g[j] * (v * inv)
-			}
+			RMSNormRow(dst[i*dim:(i+1)*dim], x[i*dim:(i+1)*dim], g, eps)
 		}
 	})
+}
+
+// RMSNormRow writes x normalized and scaled by g into dst, as the CPU
+// backend norms every row (the mean square summed in float64, the scale
+// in float32): what a caller that watches the forward pass from outside
+// (calibration) needs to see the same normed inputs.
+func RMSNormRow(dst, x, g []float32, eps float32) {
+	var ss float64
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	inv := float32(1 / math.Sqrt(float64(float32(ss/float64(len(x)))+eps)))
+	for j, v := range x {
+		dst[j] = g[j] * (v * inv)
+	}
 }
 
 // matMul computes y[n, rows] = x[n, cols] · Wᵀ.
