@@ -32,9 +32,11 @@ const maxDrawRecent = 8192
 // counter, ring count and ring of recent tokens.
 type drawState struct {
 	cands   Buffer // topk's output for k candidates (topK's layout)
+	k       int
 	id      Buffer // draw's out[0]
 	plog    Buffer // the logits with the penalty applied
 	state   Buffer // counter (uint64), count (int32), pad, ring [w]int32
+	w       int
 	counter Buffer
 	count   Buffer
 	ring    Buffer
@@ -93,6 +95,7 @@ func (b *Backend) drawBuffers(p drawPlan, n int) error {
 	if err := grow(&ds.cands, int64(8*p.k+16)); err != nil {
 		return err
 	}
+	ds.k = p.k
 	if err := grow(&ds.id, 4); err != nil {
 		return err
 	}
@@ -101,9 +104,12 @@ func (b *Backend) drawBuffers(p drawPlan, n int) error {
 			return err
 		}
 	}
-	if err := grow(&ds.state, int64(16+4*p.w)); err != nil {
-		return err
+	if ds.state.Size() < int64(16+4*p.w) {
+		if err := grow(&ds.state, int64(16+4*p.w)); err != nil {
+			return err
+		}
 	}
+	ds.w = p.w
 	ds.counter, ds.count, ds.ring = ds.state.Slice(0, 8), ds.state.Slice(8, 4), ds.state.Slice(16, int64(4*p.w))
 	return nil
 }
