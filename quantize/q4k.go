@@ -97,27 +97,10 @@ const kChunk = 16
 // the AVX2 assembly where there is one, the scales decoded here a chunk of
 // super-blocks at a time.
 func dotQ4K(t *Tensor, r int, x []float32) float32 {
-	nb := t.Cols / 256
-	if !haveAVX2 || nb == 0 {
+	if !haveAVX2 || t.Cols < 256 {
 		return dotQ4KGo(t, r, x)
 	}
-	src := t.rowData(r)
-	_ = x[nb*256-1] // the assembly reads this far
-	var sc, mn [8 * kChunk]float32
-	var sum float32
-	for b0 := 0; b0 < nb; b0 += kChunk {
-		n := min(kChunk, nb-b0)
-		for b := range n {
-			blk := src[(b0+b)*144 : (b0+b+1)*144]
-			d, dm := f16At(blk), f16At(blk[2:])
-			for j := range 8 {
-				s, m := kScales(blk[4:16], j)
-				sc[8*b+j], mn[8*b+j] = d*float32(s), dm*float32(m)
-			}
-		}
-		sum += dotQ4KAVX2(&src[b0*144], &x[b0*256], &sc[0], &mn[0], n)
-	}
-	return sum
+	return dotKScaled(t.rowData(r), x, t.Cols/256, 144, dotQ4KAVX2)
 }
 
 // dotQ4KGo is dotQ4K in plain Go (the reference of the assembly).
@@ -147,6 +130,30 @@ func dotQ4KGo(t *Tensor, r int, x []float32) float32 {
 			sm += float32(m0)*s0 + float32(m1)*s1
 		}
 		sum += f16At(blk)*sq - f16At(blk[2:])*sm
+	}
+	return sum
+}
+
+// dotKScaled runs asm, the assembly product of a format whose super-blocks
+// (bb bytes: fp16 d and dmin, then the 6-bit sub-block scales and minimums
+// kScales reads) hold 256 weights (q4k, q5k), over the nb super-blocks of
+// a row, a chunk at a time, with the chunk's scales and minimums decoded
+// here.
+func dotKScaled(src []byte, x []float32, nb, bb int, asm func(q *byte, x *float32, sc, mn *float32, n int) float32) float32 {
+	_ = x[nb*256-1] // the assembly reads this far
+	var sc, mn [8 * kChunk]float32
+	var sum float32
+	for b0 := 0; b0 < nb; b0 += kChunk {
+		n := min(kChunk, nb-b0)
+		for b := range n {
+			blk := src[(b0+b)*bb : (b0+b+1)*bb]
+			d, dm := f16At(blk), f16At(blk[2:])
+			for j := range 8 {
+				s, m := kScales(blk[4:16], j)
+				sc[8*b+j], mn[8*b+j] = d*float32(s), dm*float32(m)
+			}
+		}
+		sum += asm(&src[b0*bb], &x[b0*256], &sc[0], &mn[0], n)
 	}
 	return sum
 }

@@ -76,27 +76,10 @@ func dequantizeQ5K(blocks []byte, _, _ float32, out []float32) {
 // the AVX2 assembly where there is one, the scales decoded here a chunk of
 // super-blocks at a time.
 func dotQ5K(t *Tensor, r int, x []float32) float32 {
-	nb := t.Cols / 256
-	if !haveAVX2 || nb == 0 {
+	if !haveAVX2 || t.Cols < 256 {
 		return dotQ5KGo(t, r, x)
 	}
-	src := t.rowData(r)
-	_ = x[nb*256-1] // the assembly reads this far
-	var sc, mn [8 * kChunk]float32
-	var sum float32
-	for b0 := 0; b0 < nb; b0 += kChunk {
-		n := min(kChunk, nb-b0)
-		for b := range n {
-			blk := src[(b0+b)*176 : (b0+b+1)*176]
-			d, dm := f16At(blk), f16At(blk[2:])
-			for j := range 8 {
-				s, m := kScales(blk[4:16], j)
-				sc[8*b+j], mn[8*b+j] = d*float32(s), dm*float32(m)
-			}
-		}
-		sum += dotQ5KAVX2(&src[b0*176], &x[b0*256], &sc[0], &mn[0], n)
-	}
-	return sum
+	return dotKScaled(t.rowData(r), x, t.Cols/256, 176, dotQ5KAVX2)
 }
 
 // dotQ5KGo is dotQ5K in plain Go (the reference of the assembly).
