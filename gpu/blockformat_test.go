@@ -86,13 +86,29 @@ func blockTensors(t *testing.T, r *rand.Rand, f quantize.Format, rows, cols int)
 // TestBlockFormatKernelChoice: a block format's decode product takes the
 // plain kernel (matvec_blk) whatever kernel is forced, fuses nothing (so
 // Linear runs the norm, the product, the gate and the add apart), and 2 to
-// 64 tokens take the batch kernel.
+// 64 tokens take the batch kernel; but q4k's and q6k's take the
+// shared-memory kernels with every fusion (q6k's rows at any alignment),
+// and q4k's gate/up the gated output.
 func TestBlockFormatKernelChoice(t *testing.T) {
 	d := &Device{maxShared: 227 << 10}
 	for _, f := range blockFormats {
 		for _, sh := range []struct{ rows, cols int }{{4096, 4096}, {2048, 5632}, {32000, 2048}, {11264, 2048}} {
 			qt := &quantize.Tensor{Format: f, Rows: sh.rows, Cols: sh.cols, GroupSize: f.Spec().Block}
 			m := &Matrix{Format: f, Rows: sh.rows, Cols: sh.cols, GroupSize: qt.GroupSize, rowBytes: qt.RowBytes()}
+			if sharedBlockFormat(f) {
+				for _, o := range []matvecOpts{{act: -1}, {act: -1, accum: true}, {act: 0}} {
+					if k := d.kernelFor(m, o); k != tableKernel(f, sh.rows, sh.cols, false) || k.kind != kindShared {
+						t.Errorf("%s [%d, %d]: kernel %s, want the table's shared one", f, sh.rows, sh.cols, k)
+					}
+					if o.fused() && !d.canFuse(m, o) {
+						t.Errorf("%s [%d, %d]: does not fuse %+v", f, sh.rows, sh.cols, o)
+					}
+				}
+				if gated := d.canFuse(m, matvecOpts{act: -1, gated: true}); gated != (f == quantize.Q4K && sh.cols <= 2*sh.rows) { // (down projections: split rows, no gated kernel)
+					t.Errorf("%s [%d, %d]: gated output %v", f, sh.rows, sh.cols, gated)
+				}
+				continue
+			}
 			for _, mode := range append([]matvecKernel{{}, matvecPlain, matvecFlat}, matvecKernels...) {
 				d.matvecMode = mode
 				for _, o := range []matvecOpts{{act: -1}, {act: -1, accum: true}, {act: -1, gated: true}, {act: 0}} {
@@ -161,7 +177,8 @@ var blockShapes = []struct{ rows, cols int }{{96, 512}, {7, 768}, {300, 2048}, {
 // TestBlockMatVec checks the decode product of every block format against
 // quantize's float64 reference (DotRef) on quantized Student-t weights and
 // on random blocks, with every kernel mode forced (all give the plain
-// kernel's result).
+// kernel's result, but q4k's and q6k's, which have the shared-memory
+// kernels too: each within the int16 rounding of x).
 func TestBlockMatVec(t *testing.T) {
 	d := openOrSkip(t)
 	r := rand.New(rand.NewPCG(41, 42))
@@ -188,8 +205,39 @@ func TestBlockMatVec(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if e := relL2(ref, y); e > 1e-5 {
+					// q4k's and q6k's shared-memory kernels round x to int16
+					// per 32-weight block, as q4's (TestMatVec).
+					tol := 1e-5
+					if sharedBlockFormat(f) {
+						tol = 1e-4
+					}
+					if e := relL2(ref, y); e > tol {
 						t.Errorf("relative L2 %.3g", e)
+					}
+					if sharedBlockFormat(f) {
+						// Every kernel, and grids small enough that blocks loop
+						// over several row groups (the next group's first units
+						// requested while the last are summed).
+						type variant struct {
+							k    matvecKernel
+							grid int
+						}
+						variants := []variant{{matvecPlain, 0}, {matvecS2W4, 1}, {matvecS4W4, 3}, {matvecS1W16, 2}, {matvecS1W16K2, 2}, {matvecS1W32K2, 3}}
+						for _, k := range matvecKernels {
+							variants = append(variants, variant{k, 0})
+						}
+						for _, v := range variants {
+							d.do(func() error { d.matvecMode, d.matvecGrid = v.k, v.grid; return nil })
+							yk, err := d.MatVecAct(m, x, ActFloat)
+							d.do(func() error { d.matvecMode, d.matvecGrid = matvecKernel{}, 0; return nil })
+							if err != nil {
+								t.Fatalf("forced %s: %v", v.k, err)
+							}
+							if e := relL2(ref, yk); e > tol {
+								t.Errorf("forced %s, grid %d: relative L2 %.3g", v.k, v.grid, e)
+							}
+						}
+						return
 					}
 					for _, k := range append([]matvecKernel{matvecPlain}, matvecKernels...) {
 						d.do(func() error { d.matvecMode = k; return nil })
@@ -298,14 +346,18 @@ func TestBlockMatMulBlas(t *testing.T) {
 // 4 tokens (the batch kernel), then decode steps (the plain kernel, the
 // norms, gates and adds apart); and, for q4k, a 70-token prompt in one
 // chunk through cuBLAS and through the tiled kernel. "q4k-mix" is
-// llama.cpp's Q4_K_M pattern: q4k linears, a q4k embedding table (widened
-// on the device) and a q6k head. Logits agree within 1e-3, or 5e-3 after a
-// prompt through cuBLAS (fp16 GEMM inputs, as TestBackendLongPrompt).
+// llama.cpp's Q4_K_M pattern: q4k linears but the first layer's v and down
+// projections in q6k (so its q and k join apart from v), a q4k embedding
+// table (widened on the device) and a q6k head. Logits agree within 1e-3,
+// or 5e-3 after a prompt through cuBLAS (fp16 GEMM inputs, as
+// TestBackendLongPrompt).
 func TestBackendBlockFormats(t *testing.T) {
 	d := openOrSkip(t)
 	ctx := context.Background()
+	mixed := map[string]quantize.Format{"model.embed_tokens.weight": quantize.Q4K, "lm_head.weight": quantize.Q6K,
+		"model.layers.0.self_attn.v_proj.weight": quantize.Q6K, "model.layers.0.mlp.down_proj.weight": quantize.Q6K}
 	mix := func(t *testing.T, m *model.Model) {
-		for name, f := range map[string]quantize.Format{"model.embed_tokens.weight": quantize.Q4K, "lm_head.weight": quantize.Q6K} {
+		for name, f := range mixed {
 			w := m.Weights[name]
 			q, err := quantize.Quantize(ctx, f, w.F32, w.Rows, w.Cols, quantize.Options{})
 			if err != nil {
@@ -347,6 +399,9 @@ func TestBackendBlockFormats(t *testing.T) {
 				t.Fatal(err)
 			}
 			for name, w := range m.Weights {
+				if _, ok := mixed[name]; tc.mix && ok {
+					continue
+				}
 				if m.Config.TensorRole(name) == model.RoleLinear && w.Format() != tc.f {
 					t.Fatalf("%s is %s, not %s", name, w.Format(), tc.f)
 				}
@@ -361,7 +416,12 @@ func TestBackendBlockFormats(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			gs, _ := newGPUSession(t, d, m, 128, batch)
+			gs, be := newGPUSession(t, d, m, 128, batch)
+			// Every layer's q/k/v and gate/up joined: the mix's first
+			// layer's q and k apart from its v.
+			if len(be.joined) != 2*spec.Layers {
+				t.Errorf("%d joined matrices, want %d", len(be.joined), 2*spec.Layers)
+			}
 			limit := 1e-3
 			if tc.long && tc.blasOn {
 				limit = 5e-3

@@ -181,7 +181,7 @@ func TestMatvecKernelsBuilt(t *testing.T) {
 			entries[m[1]] = true
 		}
 		want := map[string]bool{}
-		for _, f := range []quantize.Format{quantize.F32, quantize.F16, quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1, quantize.TQ2} {
+		for _, f := range []quantize.Format{quantize.F32, quantize.F16, quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1, quantize.TQ2, quantize.Q4K, quantize.Q6K} {
 			m := &Matrix{Format: f, Cols: 4096}
 			for _, e := range matvecTable {
 				if e.format == f || e.format == "" {

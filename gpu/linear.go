@@ -97,7 +97,17 @@ func (b *Backend) Linear(x model.Buf, norm model.Norm, outs ...model.Output) {
 			return
 		}
 	}
-	for i, o := range outs {
+	for i := 0; i < len(outs); i++ {
+		o := outs[i]
+		if j, k := joinedRun(outs, ws, ups, i); n == 1 && j != nil {
+			b.product(j, in, b.span(o.Dst, j.Rows), 1) // a run of a joined group (its biases below)
+			for ; k > 0; k-- {
+				b.addBias(dsts[i], biases[i], outs[i].W.Rows())
+				i++
+			}
+			i--
+			continue
+		}
 		if ups[i] != nil {
 			up := b.scratchBuf(1, o.Dst.Len())
 			b.product(ws[i].m, in, dsts[i], n)
@@ -143,33 +153,42 @@ func (b *Backend) Linear(x model.Buf, norm model.Norm, outs ...model.Output) {
 // whole group, in order, writing side by side; or a gated output over the
 // two parts of one group), or nil.
 func joinedOutput(outs []model.Output, ws, ups []*gpuMat) *Matrix {
-	j := ws[0].join
-	if j == nil || ws[0].part != 0 {
-		return nil
-	}
-	for _, o := range outs {
-		if o.Norm.W.Valid() || o.SoftCap > 0 || o.Bias.Valid() && ups[0] != nil {
-			return nil
-		}
-	}
-	if ups[0] != nil {
-		if len(outs) == 1 && ups[0].join == j && ups[0].part == 1 && j.Rows == 2*ws[0].m.Rows {
+	if ups[0] == nil {
+		if j, n := joinedRun(outs, ws, ups, 0); n == len(outs) {
 			return j
 		}
 		return nil
 	}
-	rows, end := 0, outs[0].Dst
-	for i, o := range outs {
-		if ws[i].join != j || ws[i].part != i || ups[i] != nil || o.Add ||
-			o.Dst.ID() != end.ID() || (i > 0 && o.Dst.Off() != end.Off()+end.Len()) {
-			return nil
+	j, o := ws[0].join, outs[0]
+	if len(outs) == 1 && j != nil && ws[0].part == 0 && !o.Norm.W.Valid() && o.SoftCap == 0 && !o.Bias.Valid() &&
+		ups[0].join == j && ups[0].part == 1 && j.Rows == 2*ws[0].m.Rows {
+		return j
+	}
+	return nil
+}
+
+// joinedRun is the joined matrix that outs[i:i+n] read as one product,
+// and n: the parts of one joined matrix in order, writing side by side,
+// none with a norm, soft-cap, gate or add of its own; or nil. (A group
+// whose parts differ in format is joined in runs, join.)
+func joinedRun(outs []model.Output, ws, ups []*gpuMat, i int) (*Matrix, int) {
+	j := ws[i].join
+	if j == nil || ws[i].part != 0 {
+		return nil, 0
+	}
+	k, rows, end := i, 0, outs[i].Dst
+	for ; k < len(outs) && rows < j.Rows; k++ {
+		o := outs[k]
+		if ws[k].join != j || ws[k].part != k-i || ups[k] != nil || o.Add || o.Norm.W.Valid() || o.SoftCap > 0 ||
+			o.Dst.ID() != end.ID() || (k > i && o.Dst.Off() != end.Off()+end.Len()) {
+			return nil, 0
 		}
-		rows, end = rows+ws[i].m.Rows, o.Dst
+		rows, end = rows+ws[k].m.Rows, o.Dst
 	}
 	if rows != j.Rows {
-		return nil
+		return nil, 0
 	}
-	return j
+	return j, k - i
 }
 
 // linearFused queues a decode Linear on the fused matvec kernels and
@@ -210,7 +229,17 @@ func (b *Backend) linearFused(x Buffer, g *gpuMat, eps float32, outs []model.Out
 		}
 		jobs = append(jobs, job{j, y, o})
 	} else {
-		for i, out := range outs {
+		for i := 0; i < len(outs); i++ {
+			if j, n := joinedRun(outs, ws, ups, i); j != nil {
+				o, ok := opts(j, false)
+				if !ok || !b.d.canFuse(j, o) {
+					return false
+				}
+				jobs = append(jobs, job{j, b.span(outs[i].Dst, j.Rows), o})
+				i += n - 1
+				continue
+			}
+			out := outs[i]
 			o, ok := opts(ws[i].m, out.Add)
 			if !ok || ups[i] != nil || out.Norm.W.Valid() || out.SoftCap > 0 || !b.d.canFuse(ws[i].m, o) {
 				return false
@@ -342,11 +371,10 @@ func (b *Backend) glu(dst, gate, up Buffer, n int, act model.Act) {
 	b.op("glu", func() error { return b.d.glu(gate, up, dst, n, g) })
 }
 
-// join copies a group's matrices, of one format, width and group size,
-// into one matrix of all their rows, and each part becomes a view into it,
-// so no weight is held twice. tq2 parts, whose scale is per tensor, keep
-// it as a float per row of the joined matrix. Parts that differ, or whose
-// rows or scales would not start on a 16-byte boundary, stay apart.
+// join joins each run of a group's consecutive parts that share a format,
+// width and group size (joinRun): llama.cpp's mixes give a layer's v or
+// down projection more bits than its q and k, which then still make one
+// product.
 func (b *Backend) join(parts []model.Mat) {
 	if b.flush(); b.err != nil {
 		return
@@ -358,18 +386,35 @@ func (b *Backend) join(parts []model.Mat) {
 			return
 		}
 	}
+	like := func(m, f *Matrix) bool {
+		return m.Format == f.Format && m.Cols == f.Cols && m.GroupSize == f.GroupSize && m.rowBytes == f.rowBytes &&
+			(m.scales.Ptr() == 0) == (f.scales.Ptr() == 0) && (m.mins.Ptr() == 0) == (f.mins.Ptr() == 0)
+	}
+	for i := 0; i < len(ps); {
+		n := 1
+		for i+n < len(ps) && like(ps[i+n].m, ps[i].m) {
+			n++
+		}
+		if n > 1 {
+			b.joinRun(ps[i : i+n])
+		}
+		i += n
+	}
+}
+
+// joinRun copies matrices of one format, width and group size into one
+// matrix of all their rows, and each part becomes a view into it, so no
+// weight is held twice. tq2 parts, whose scale is per tensor, keep it as a
+// float per row of the joined matrix. Parts whose rows or scales would not
+// start on a 16-byte boundary stay apart.
+func (b *Backend) joinRun(ps []*gpuMat) {
 	f := ps[0].m
 	rows := 0
 	for _, p := range ps {
-		m := p.m
-		if m.Format != f.Format || m.Cols != f.Cols || m.GroupSize != f.GroupSize || m.rowBytes != f.rowBytes ||
-			(m.scales.Ptr() == 0) != (f.scales.Ptr() == 0) || (m.mins.Ptr() == 0) != (f.mins.Ptr() == 0) {
-			return
-		}
 		if (rows*f.rowBytes)%16 != 0 || (rows*f.groups()*2)%16 != 0 {
 			return
 		}
-		rows += m.Rows
+		rows += p.m.Rows
 	}
 	ng := f.groups()
 	fused := &Matrix{Format: f.Format, Rows: rows, Cols: f.Cols, GroupSize: f.GroupSize, rowBytes: f.rowBytes, scale: f.scale}

@@ -160,11 +160,12 @@ func threadsFor(nb int) int {
 }
 
 // chunkBlocks is the number of 32-weight blocks a lane of the shared-memory
-// kernels reads at once (chunk_blocks in matvec.cu): two in q4's 32 bytes
-// and in q2's and tq2's 16, four in q1's 16, one block of the others.
+// kernels reads at once (chunk_blocks in matvec.cu): two in q4's 32 bytes,
+// in q2's and tq2's 16 and in q4k's 32 code bytes, four in q1's 16, one
+// block of the others.
 func chunkBlocks(f quantize.Format) int {
 	switch f {
-	case quantize.Q4, quantize.Q2, quantize.TQ2:
+	case quantize.Q4, quantize.Q2, quantize.TQ2, quantize.Q4K:
 		return 2
 	case quantize.Q1:
 		return 4
@@ -263,6 +264,15 @@ var matvecGated = map[quantize.Format][]matvecKernel{
 	quantize.Q8:  {matvecS4W4, matvecS1W16},
 	quantize.Q4:  {matvecS4W4, matvecS1W16, matvecS2W16},
 	quantize.TQ2: {matvecS4W4, matvecS1W16},
+	quantize.Q4K: {matvecS4W4, matvecS1W16, matvecS2W16},
+}
+
+// sharedBlockFormat says whether block format f has the shared-memory
+// kernels too (raw_blk in matvec.cu: q4k and q6k, llama.cpp's Q4_K_M), so
+// its products take the fused steps; the other block formats have the
+// plain kernel only.
+func sharedBlockFormat(f quantize.Format) bool {
+	return f == quantize.Q4K || f == quantize.Q6K
 }
 
 // name is k's kernel in matvec.cu for m's format (matvec_<fmt>_ and
@@ -368,13 +378,17 @@ var matvecTable = []struct {
 	// pairs gate row i with up row i: two rows a warp keep a pair in one
 	// warp, where one row a warp would need a block barrier a row group.
 	{quantize.Q4, classLarge, matvecS1W32, matvecS2W16},
+	{quantize.Q4K, classLarge, matvecS1W32, matvecS2W16},
 	// Down projections: two warps a row, 32 warps a block, so a matrix of
 	// few rows still gives the GPU enough warps.
 	{quantize.Q4, classWide, matvecS1W32K2, matvecKernel{}},
 	{quantize.Q8, classWide, matvecS1W32K2, matvecKernel{}},
 	{quantize.TQ2, classWide, matvecS1W32K2, matvecKernel{}},
+	{quantize.Q4K, classWide, matvecS1W32K2, matvecKernel{}},
+	{quantize.Q6K, classWide, matvecS1W32K2, matvecKernel{}},
 	// Rows long enough to keep one warp busy: one row a warp, 16 warps.
 	{quantize.Q4, classLong, matvecS1W16, matvecKernel{}},
+	{quantize.Q4K, classLong, matvecS1W16, matvecKernel{}},
 	// A head's rows fill the GPU many times over: two rows a warp read
 	// each staged x value once for both, and 8 warps a block keep several
 	// blocks an SM.
@@ -382,12 +396,15 @@ var matvecTable = []struct {
 	// q8's blocks are the largest quantized ones: one row a warp has
 	// enough bytes in flight, and 16 warps a block give the most warps.
 	{quantize.Q8, classAny, matvecS1W16, matvecKernel{}},
+	// q6k (the heads and some down projections of Q4_K_M) as q8.
+	{quantize.Q6K, classHead, matvecS2W8, matvecKernel{}},
+	{quantize.Q6K, classAny, matvecS1W16, matvecKernel{}},
 	// Ternary rows are few bytes: a tall matrix has warps enough with 4
 	// rows a warp, each reading its x once for 4 rows; below 8192 rows, one
 	// row a warp and 16 warps give more warps to hide latency.
 	{quantize.TQ2, classTall, matvecS4W4, matvecKernel{}},
 	{quantize.TQ2, classAny, matvecS1W16, matvecKernel{}},
-	// The rest (q4, q2, q1): 4 rows a warp and 4 warps on tall matrices,
+	// The rest (q4, q4k, q2, q1): 4 rows a warp and 4 warps on tall matrices,
 	// which have rows enough for every warp; on the others 2 rows a warp
 	// and 8 warps a block, where fewer rows a warp give more warps to hide
 	// latency.
@@ -465,11 +482,12 @@ func (d *Device) canFuse(m *Matrix, o matvecOpts) bool {
 // matvecTable gives the shape (or Device.matvecMode; unless forced, tq2
 // with int8 x takes the flat kernel where its row length has one), or the
 // plain one where m's rows do not suit the shared-memory kernels: 16-byte
-// aligned, whole chunks, x fitting in shared memory. A block format has
-// the plain kernel only (matvec_blk in matvec.cu), so its products fuse
-// nothing (device thread).
+// aligned, whole chunks, x fitting in shared memory (q6k's rows need no
+// alignment: raw_load reads its words where they lie). A block format but
+// q4k and q6k (sharedBlockFormat) has the plain kernel only (matvec_blk in
+// matvec.cu), so its products fuse nothing (device thread).
 func (d *Device) kernelFor(m *Matrix, o matvecOpts) matvecKernel {
-	if m.Format.Spec().BlockScales {
+	if m.Format.Spec().BlockScales && !sharedBlockFormat(m.Format) {
 		return matvecPlain
 	}
 	k := d.matvecMode
@@ -486,20 +504,21 @@ func (d *Device) kernelFor(m *Matrix, o matvecOpts) matvecKernel {
 		}
 		k = flat
 	}
-	if k.kind != kindPlain && m.rowBytes%16 == 0 && m.blocks()%chunkBlocks(m.Format) == 0 && stagedBytes(m, o) <= d.maxShared {
+	aligned := m.rowBytes%16 == 0 || m.Format == quantize.Q6K
+	if k.kind != kindPlain && aligned && m.blocks()%chunkBlocks(m.Format) == 0 && stagedBytes(m, o) <= d.maxShared {
 		return k
 	}
 	return matvecPlain
 }
 
 // stagedBytes is the shared memory x takes staged (stage_x in matvec.cu):
-// int8 x a byte a value; q4's and q8's int16 x two bytes a value plus a scale and
-// a sum a block; float x four bytes a value.
+// int8 x a byte a value; q4's, q8's, q4k's and q6k's int16 x two bytes a
+// value plus a scale and a sum a block; float x four bytes a value.
 func stagedBytes(m *Matrix, o matvecOpts) int {
 	switch {
 	case o.int8:
 		return m.blocks() * 32
-	case m.Format == quantize.Q4 || m.Format == quantize.Q8:
+	case m.Format == quantize.Q4 || m.Format == quantize.Q8 || sharedBlockFormat(m.Format):
 		return m.blocks() * 72
 	}
 	return m.blocks() * 32 * 4

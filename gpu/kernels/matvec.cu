@@ -612,10 +612,106 @@ MATVEC_BLK(q4k, Q4K)
 MATVEC_BLK(q5k, Q5K)
 MATVEC_BLK(q6k, Q6K)
 
+// The shared-memory kernels (matvecs) take q4k and q6k, llama.cpp's
+// Q4_K_M, with the fusions of the other formats: a lane's chunk is one
+// 32-weight unit (q4k: two, whose codes share their 32 bytes), its words
+// requested a chunk ahead as they lie in the block (raw_load) and decoded
+// only when they are used (raw_dot), so the prefetch does not wait for
+// them; x is int16 as q4's (stage_i16).
+template <int FMT>
+__device__ constexpr bool raw_blk() { return FMT == Q4K || FMT == Q6K; }
+// raw_words is how many 32-bit words raw_load keeps of a unit.
+template <int FMT>
+__device__ constexpr int raw_words() { return FMT == Q4K ? 12 : FMT == Q6K ? 21 : 1; }
+
+// raw_load requests the chunk whose first unit is u, of the row at row.
+//   q4k (144-byte blocks: rows stay 16-byte aligned): the block's first 16
+//   bytes (d, dmin and the 12 scale bytes), then the 32 code bytes of
+//   units u and u + 1 (u even: the low and the high nibbles).
+//   q6k (210-byte blocks: a block may start 2 bytes past a word): the
+//   aligned words that cover its 32 bytes of ql and of qh (nine each), the
+//   words holding its two scales and d, and the block's offset past a word
+//   (an address, no load: the rows' pointers move on before raw_dot runs),
+//   by which raw_dot shifts them into place.
+template <int FMT>
+__device__ __forceinline__ void raw_load(const uint8_t* row, int u, uint32_t* w) {
+    const uint8_t* p = row + (size_t)(u >> 3) * blk_bytes<FMT>();
+    const int j = u & 7;
+    if (FMT == Q4K) {
+        const uint4 h = ld16(p), a = ld16(p + 16 + 32 * (j >> 1)), b = ld16(p + 32 + 32 * (j >> 1));
+        w[0] = h.x, w[1] = h.y, w[2] = h.z, w[3] = h.w;
+        w[4] = a.x, w[5] = a.y, w[6] = a.z, w[7] = a.w, w[8] = b.x, w[9] = b.y, w[10] = b.z, w[11] = b.w;
+    } else if (FMT == Q6K) {
+        const int h = j >> 2, q = j & 3;
+        const uint32_t* ql = reinterpret_cast<const uint32_t*>((size_t)(p + 64 * h + 32 * (q & 1)) & ~(size_t)3);
+        const uint32_t* qh = reinterpret_cast<const uint32_t*>((size_t)(p + 128 + 32 * h) & ~(size_t)3);
+#pragma unroll
+        for (int k = 0; k < 9; k++) w[k] = __ldg(ql + k), w[9 + k] = __ldg(qh + k);
+        w[18] = __ldg(reinterpret_cast<const uint32_t*>((size_t)(p + 192 + 8 * h + 2 * q) & ~(size_t)3));
+        w[19] = __ldg(reinterpret_cast<const uint32_t*>((size_t)(p + 208) & ~(size_t)3));
+        w[20] = (uint32_t)((size_t)p & 3);
+    }
+}
+
+// raw_dot is unit u's product with x's block, from raw_load's words w:
+// xw the block's 32 int16 values (two a word), xs their scale, xsum the
+// sum of the float values (for the minimums).
+template <int FMT>
+__device__ __forceinline__ float raw_dot(const uint32_t* w, int u, const int (&xw)[16],
+                                         float xs, float xsum) {
+    const int j = u & 7;
+    if (FMT == Q4K) {
+        // dequantizeQ4K: unit j's codes are the low (j even) or high
+        // nibbles of its 32 bytes; its 6-bit scale and minimum as k6 reads
+        // them from the scale bytes (words 1-3).
+        const int sh = 4 * (j & 1);
+        int sd = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int v = (int)(w[4 + k] >> sh & 0x0F0F0F0Fu);
+            sd = __dp2a_lo(xw[2 * k], v, sd);
+            sd = __dp2a_hi(xw[2 * k + 1], v, sd);
+        }
+        const int b = 8 * (j & 3);
+        int sc, mn;
+        if (j < 4) {
+            sc = w[1] >> b & 63;
+            mn = w[2] >> b & 63;
+        } else {
+            const uint32_t a = w[3] >> b;
+            sc = (a & 15) | (w[1] >> (b + 6) & 3) << 4;
+            mn = (a >> 4 & 15) | (w[2] >> (b + 6) & 3) << 4;
+        }
+        const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&w[0]));
+        return dm.x * (float)sc * (xs * (float)sd) - dm.y * (float)mn * xsum;
+    } else {
+        // dequantizeQ6K: unit j = 4h + q's codes are the low (q < 2) or
+        // high nibbles of ql plus bits 2q..2q+1 of qh, less 32 (vsub4: the
+        // bytes stay apart); its halves' int8 scales, then d.
+        const int q = j & 3, m = 8 * (int)w[20];
+        int sd0 = 0, sd1 = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const uint32_t lo = __funnelshift_r(w[k], w[k + 1], m), hi = __funnelshift_r(w[9 + k], w[10 + k], m);
+            const int v = (int)__vsub4((lo >> (4 * (q >> 1)) & 0x0F0F0F0Fu) | (hi >> (2 * q) & 0x03030303u) << 4,
+                                       0x20202020u);
+            int& sd = k < 4 ? sd0 : sd1;
+            sd = __dp2a_lo(xw[2 * k], v, sd);
+            sd = __dp2a_hi(xw[2 * k + 1], v, sd);
+        }
+        const int ms = 8 * (int)((w[20] + 2 * q) & 3);  // the scales' bytes in their word (192 + 8h: a whole word on)
+        const float sc0 = (float)(int8_t)(w[18] >> ms), sc1 = (float)(int8_t)(w[18] >> (ms + 8));
+        const float d = __half2float(__ushort_as_half((unsigned short)(w[19] >> m)));
+        return d * (xs * (sc0 * (float)sd0 + sc1 * (float)sd1));
+    }
+}
+
 // Chunk geometry of the fast kernel: a thread reads CHUNK_U4 16-byte words
 // of each of its ROWS rows at once, which hold CHUNK_BLOCKS 32-weight blocks.
 template <int FMT>
-__device__ constexpr int chunk_blocks() { return FMT == Q4 || FMT == Q2 || FMT == TQ2 ? 2 : FMT == Q1 ? 4 : 1; }
+__device__ constexpr int chunk_blocks() {
+    return FMT == Q4 || FMT == Q2 || FMT == TQ2 || FMT == Q4K ? 2 : FMT == Q1 ? 4 : 1;
+}
 template <int FMT>
 __device__ constexpr int chunk_u4() { return FMT == F32 ? 8 : FMT == F16 ? 4 : FMT == Q8 || FMT == Q4 ? 2 : 1; }
 
@@ -735,7 +831,7 @@ __device__ void stage_i16(float4* xsh, const float* x, const float* x2, int act,
             for (int j = 0; j < 8; j++)  // past cols: zeros, whatever the buffers hold
                 if (8 * i + j >= cols) v[j] = 0.f;
         }
-        constexpr bool SUM = FMT == Q4;
+        constexpr bool SUM = FMT == Q4 || FMT == Q4K;
         float m = 0.f, sum = 0.f;
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -787,7 +883,7 @@ template <int FMT, int V>
 __device__ float stage_x(float4* xsh, const float* x, const float* x2, int act, int cols,
                          const float* __restrict__ nw, const stage_norm<V>& sn, float eps, float w_add, bool i8,
                          int nb, int* qsum = nullptr) {
-    if ((FMT == Q4 || FMT == Q8) && !i8) {
+    if ((FMT == Q4 || FMT == Q8 || raw_blk<FMT>()) && !i8) {
         stage_i16<FMT>(xsh, x, x2, act, cols, nw, eps, w_add, nb);
         return 1.f;
     }
@@ -942,12 +1038,15 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     constexpr bool PF = U <= 2;
     constexpr bool SC = FMT == Q8 || FMT == Q4 || FMT == Q2 || FMT == Q1;
     constexpr bool MN = FMT == Q4 || FMT == Q2;
+    // q4k and q6k: a chunk is a unit of raw_words (raw_load, raw_dot).
+    constexpr bool BLK = raw_blk<FMT>();
+    constexpr int NWD = BLK ? raw_words<FMT>() : 4 * U;
     // q4 and q8 take x rounded to int16 per 32-weight block (relative
     // error under 2^-15 of the block's largest value): their codes then
     // multiply as integers (dp2a: two int16-by-int8 products an instruction)
     // without being turned into floats first, and x staged as int16 is half
     // the shared memory to read.
-    constexpr bool I16 = FMT == Q4 || FMT == Q8;
+    constexpr bool I16 = FMT == Q4 || FMT == Q8 || BLK;
     // tq2 with qx takes x as BitNet does: int8 by the vector's absmax
     // (after the gate and norm), integer dot products (dp4a).
     const bool I8 = FMT == TQ2 && qx;
@@ -996,11 +1095,15 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
         return true;
     };
     __shared__ float gred[GO && SROWS == 1 ? NW / 2 : 1];  // GO, one row a warp: the up rows' sums
-    uint32_t nxt[SROWS][4 * U];
+    uint32_t nxt[SROWS][NWD];
     __half nsc[SROWS][CB], nmn[SROWS][CB];
-    auto load_all = [&](int cc, uint32_t (&w)[SROWS][4 * U], __half (&sc)[SROWS][CB], __half (&mn)[SROWS][CB]) {
+    auto load_all = [&](int cc, uint32_t (&w)[SROWS][NWD], __half (&sc)[SROWS][CB], __half (&mn)[SROWS][CB]) {
 #pragma unroll
         for (int r = 0; r < SROWS; r++) {
+            if (BLK) {
+                raw_load<FMT>(wp[r], cc * CB, w[r]);
+                continue;
+            }
             load_chunk<FMT>(wp[r] + (size_t)cc * 16 * U, w[r]);
 #pragma unroll
             for (int k = 0; k < CB; k++) {
@@ -1036,13 +1139,13 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
         if (PF && !loaded && c < nch) load_all(c, nxt, nsc, nmn);
         loaded = false;
         for (; c < nch; c += 32 * KS) {
-            uint32_t cur[SROWS][4 * U];
+            uint32_t cur[SROWS][NWD];
             __half csc[SROWS][CB], cmn[SROWS][CB];
             if (PF) {
 #pragma unroll
                 for (int r = 0; r < SROWS; r++) {
 #pragma unroll
-                    for (int i = 0; i < 4 * U; i++) cur[r][i] = nxt[r][i];
+                    for (int i = 0; i < NWD; i++) cur[r][i] = nxt[r][i];
 #pragma unroll
                     for (int k = 0; k < CB; k++) csc[r][k] = nsc[r][k], cmn[r][k] = nmn[r][k];
                 }
@@ -1076,9 +1179,13 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
                         const uint4 v = xq[(kb * 4 + q) * nch + c];
                         xw[4 * q] = v.x, xw[4 * q + 1] = v.y, xw[4 * q + 2] = v.z, xw[4 * q + 3] = v.w;
                     }
-                    const float xs = xf[kb * nch + c], xsum = MN ? xf[nb + kb * nch + c] : 0.f;
+                    const float xs = xf[kb * nch + c], xsum = MN || FMT == Q4K ? xf[nb + kb * nch + c] : 0.f;
 #pragma unroll
                     for (int r = 0; r < SROWS; r++) {
+                        if (BLK) {
+                            acc[r] += raw_dot<FMT>(cur[r], c * CB + kb, xw, xs, xsum);
+                            continue;
+                        }
                         int sd = 0;
                         if (FMT == Q8) {  // signed codes, four a word: 32 weights in 16 instructions
 #pragma unroll
@@ -1212,6 +1319,8 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
     }
 #define MATVEC_ALL(fmt, FMT)                                                                                  \
     MATVEC(matvec_##fmt##_32, FMT, 32) MATVEC(matvec_##fmt##_64, FMT, 64) MATVEC(matvec_##fmt##_128, FMT, 128) \
+    MATVEC_SHARED(fmt, FMT)
+#define MATVEC_SHARED(fmt, FMT)                                                                               \
     MATVECS(fmt, FMT, 4, 4) MATVECS(fmt, FMT, 2, 4) MATVECS(fmt, FMT, 2, 8) MATVECS(fmt, FMT, 1, 8)           \
     MATVECS(fmt, FMT, 1, 16) MATVECS(fmt, FMT, 1, 32) MATVECK2(fmt, FMT, 16) MATVECK2(fmt, FMT, 32)
 
@@ -1222,6 +1331,9 @@ MATVEC_ALL(q4, Q4)
 MATVEC_ALL(q2, Q2)
 MATVEC_ALL(q1, Q1)
 MATVEC_ALL(tq2, TQ2)
+// q4k's and q6k's plain kernels are MATVEC_BLK's.
+MATVEC_SHARED(q4k, Q4K)
+MATVEC_SHARED(q6k, Q6K)
 // The gate/up products' kernels (matvecTable in Go) with the gated output;
 // Llama-2-7B's q4 gate/up (one row a warp, 32 warps) takes two rows a warp
 // and 16 warps instead, its pairs within a warp: with one row a warp a
@@ -1231,6 +1343,7 @@ MATVEC_ALL(tq2, TQ2)
 MATVECG(q8, Q8, 4, 4) MATVECG(q8, Q8, 1, 16)
 MATVECG(q4, Q4, 4, 4) MATVECG(q4, Q4, 1, 16) MATVECG(q4, Q4, 2, 16)
 MATVECG(tq2, TQ2, 4, 4) MATVECG(tq2, TQ2, 1, 16)
+MATVECG(q4k, Q4K, 4, 4) MATVECG(q4k, Q4K, 1, 16) MATVECG(q4k, Q4K, 2, 16)
 
 // matvec_flat: tq2 products with int8 x (BitNet's short ternary rows, NCH
 // chunks of 16 bytes) without a loop over a row. A warp's SR rows are
