@@ -634,6 +634,19 @@ func (d *Device) matmul(m *Matrix, X, Y Buffer, n int) error {
 	if m.rowScale.Ptr() != 0 {
 		return fmt.Errorf("gpu: matmul: a joined tq2 matrix [%d, %d] takes the int8 product only", m.Rows, m.Cols)
 	}
+	if name, shared, ok := d.batchShared(m, n); ok {
+		if err := d.allowShared(name, shared); err != nil {
+			return err
+		}
+		per, err := d.blocksPerSM(name, 128, shared)
+		if err != nil {
+			return err
+		}
+		groups := (m.Rows + batchRowsS - 1) / batchRowsS
+		return d.launchPDL(name, grid2(min(groups, per*d.sms), (n+batchVectors-1)/batchVectors), grid1(128), shared,
+			argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argBuf(X), argBuf(Y),
+			argInt(m.Rows), argInt(m.blocks()), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()), argInt(n))
+	}
 	if name, ok := batchKernel(m, n); ok {
 		return d.launchPDL(name, grid2((m.Rows+3)/4, (n+batchVectors-1)/batchVectors), grid1(128), 0,
 			argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argBuf(X), argBuf(Y),
@@ -654,7 +667,27 @@ func (d *Device) matmul(m *Matrix, X, Y Buffer, n int) error {
 const (
 	batchVectors   = 8
 	batchMaxTokens = 64
+	// batchRowsS is how many rows a block of matvec_batchs takes at once
+	// (its 4 warps of 4 rows).
+	batchRowsS = 16
 )
+
+// batchShared is matvec_batchs's kernel for a product of m over n tokens
+// and the shared memory its staged x takes: 2 to batchMaxTokens tokens of
+// q4 or q8 rows the shared-memory kernels take (16-byte aligned, whole
+// chunks), batchVectors of them staged as int16 (stagedBytes a vector,
+// each rounded up to 16 bytes).
+func (d *Device) batchShared(m *Matrix, n int) (string, int, bool) {
+	if n < 2 || n > batchMaxTokens || m.Cols%32 != 0 || m.rowScale.Ptr() != 0 ||
+		(m.Format != quantize.Q4 && m.Format != quantize.Q8) || m.rowBytes%16 != 0 || m.blocks()%chunkBlocks(m.Format) != 0 {
+		return "", 0, false
+	}
+	shared := batchVectors * ((stagedBytes(m, matvecOpts{act: -1}) + 15) / 16 * 16)
+	if shared > d.maxShared {
+		return "", 0, false
+	}
+	return "matvec_batchs_" + string(m.Format), shared, true
+}
 
 // batchKernel is matvec_batch's kernel for a product of m over n tokens,
 // where it takes it: 2 to batchMaxTokens tokens of q8, q4, q2 or q1 rows

@@ -999,6 +999,34 @@ __device__ float stage_x(float4* xsh, const float* x, const float* x2, int act, 
     return i8 ? xscale8 : 1.f;
 }
 
+// i16_dot is the integer dot product of a 32-weight block's codes (q8:
+// eight words of signed bytes, 32 weights in 16 instructions; q4: four
+// words of nibbles, weight j's low and weight j + 16's high) with its 32
+// int16 values of x, two a word (stage_i16's layout).
+template <int FMT>
+__device__ __forceinline__ int i16_dot(const uint32_t* w, const int (&xw)[16]) {
+    int sd = 0;
+    if (FMT == Q8) {
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int u = (int)w[k];
+            sd = __dp2a_lo(xw[2 * k], u, sd);
+            sd = __dp2a_hi(xw[2 * k + 1], u, sd);
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t u = w[k];
+            const int lo = (int)(u & 0x0F0F0F0Fu), hi = (int)((u >> 4) & 0x0F0F0F0Fu);
+            sd = __dp2a_lo(xw[2 * k], lo, sd);
+            sd = __dp2a_hi(xw[2 * k + 1], lo, sd);
+            sd = __dp2a_lo(xw[8 + 2 * k], hi, sd);
+            sd = __dp2a_hi(xw[8 + 2 * k + 1], hi, sd);
+        }
+    }
+    return sd;
+}
+
 // matvecs is matvec for rows that are 16-byte aligned and hold whole
 // chunks. x (its cols values; zeros past them, whatever its buffer holds
 // there) is staged once per block of the grid into shared memory, laid
@@ -1186,25 +1214,10 @@ __device__ void matvecs(const uint8_t* __restrict__ W, const __half* __restrict_
                             acc[r] += raw_dot<FMT>(cur[r], c * CB + kb, xw, xs, xsum);
                             continue;
                         }
-                        int sd = 0;
-                        if (FMT == Q8) {  // signed codes, four a word: 32 weights in 16 instructions
-#pragma unroll
-                            for (int k = 0; k < 8; k++) {
-                                const int u = (int)cur[r][kb * 8 + k];
-                                sd = __dp2a_lo(xw[2 * k], u, sd);
-                                sd = __dp2a_hi(xw[2 * k + 1], u, sd);
-                            }
+                        const int sd = i16_dot<FMT>(&cur[r][kb * (FMT == Q8 ? 8 : 4)], xw);
+                        if (FMT == Q8) {
                             acc[r] += __half2float(csc[r][kb]) * (xs * (float)sd);
                         } else {
-#pragma unroll
-                            for (int k = 0; k < 4; k++) {
-                                const uint32_t u = cur[r][kb * 4 + k];
-                                const int lo = (int)(u & 0x0F0F0F0Fu), hi = (int)((u >> 4) & 0x0F0F0F0Fu);
-                                sd = __dp2a_lo(xw[2 * k], lo, sd);
-                                sd = __dp2a_hi(xw[2 * k + 1], lo, sd);
-                                sd = __dp2a_lo(xw[8 + 2 * k], hi, sd);
-                                sd = __dp2a_hi(xw[8 + 2 * k + 1], hi, sd);
-                            }
                             acc[r] += __half2float(csc[r][kb]) * (xs * (float)sd) + __half2float(cmn[r][kb]) * xsum;
                         }
                     }
@@ -1344,6 +1357,110 @@ MATVECG(q8, Q8, 4, 4) MATVECG(q8, Q8, 1, 16)
 MATVECG(q4, Q4, 4, 4) MATVECG(q4, Q4, 1, 16) MATVECG(q4, Q4, 2, 16)
 MATVECG(tq2, TQ2, 4, 4) MATVECG(tq2, TQ2, 1, 16)
 MATVECG(q4k, Q4K, 4, 4) MATVECG(q4k, Q4K, 1, 16) MATVECG(q4k, Q4K, 2, 16)
+
+// matvec_batchs: Y[n, rows] = X[n, cols] W^T for q4 and q8 over a batch
+// of decode tokens, as matvecs takes one: the NV vectors of blockIdx.y's
+// group staged once a block in shared memory as int16 (stage_i16, a
+// vector at a time), a persistent grid over groups of NW*SROWS rows, a
+// warp's SROWS rows over their whole length, each chunk of weights loaded
+// once for the NV vectors and each staged x word read once for SROWS
+// rows. (matvec_batch reads x from global memory for every 4 rows and
+// multiplies floats: its instructions, not the weights, bound it.)
+template <int FMT, int SROWS, int NW, int NV>
+__device__ void matvec_batchs(const uint8_t* __restrict__ W, const __half* __restrict__ scales,
+                              const __half* __restrict__ mins, const float* X, float* __restrict__ Y, int rows,
+                              int nb, int row_bytes, int gb, int ng, int n) {
+    constexpr int CB = chunk_blocks<FMT>(), U = chunk_u4<FMT>();
+    constexpr bool MN = FMT == Q4;
+    static_assert(SROWS * NV == 32, "a warp's sums are one a lane");
+    extern __shared__ float4 xsh[];
+    pdl_launch_dependents();
+    // per: float4s of a staged vector (int16 values, then block scales and sums)
+    const int v0 = blockIdx.y * NV, nv = min(NV, n - v0), nch = nb / CB, per = (nb * 72 + 15) / 16;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const size_t cols = (size_t)nb * 32;
+    pdl_wait();  // X is the previous kernel's output
+    for (int v = 0; v < nv; v++)
+        stage_i16<FMT>(xsh + v * per, X + (size_t)(v0 + v) * cols, nullptr, -1, (int)cols, nullptr, 0.f, 0.f, nb);
+    const int groups = (rows + SROWS * NW - 1) / (SROWS * NW);
+    for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+        const int r0 = grp * SROWS * NW + warp * SROWS;
+        if (r0 >= rows) continue;
+        const uint8_t* wp[SROWS];
+        size_t sb[SROWS];
+#pragma unroll
+        for (int r = 0; r < SROWS; r++) {
+            const int row = min(r0 + r, rows - 1);
+            wp[r] = W + (size_t)row * row_bytes;
+            sb[r] = (size_t)row * ng;
+        }
+        float acc[SROWS][NV];
+#pragma unroll
+        for (int r = 0; r < SROWS; r++)
+#pragma unroll
+            for (int v = 0; v < NV; v++) acc[r][v] = 0.f;
+        for (int c = lane; c < nch; c += 32) {
+            uint32_t w[SROWS][4 * U];
+            float sc[SROWS][CB], mn[SROWS][CB];
+#pragma unroll
+            for (int r = 0; r < SROWS; r++) {
+                load_chunk<FMT>(wp[r] + (size_t)c * 16 * U, w[r]);
+#pragma unroll
+                for (int k = 0; k < CB; k++) {
+                    const int g = (c * CB + k) / gb;
+                    sc[r][k] = __half2float(scales[sb[r] + g]);
+                    mn[r][k] = MN ? __half2float(mins[sb[r] + g]) : 0.f;
+                }
+            }
+#pragma unroll
+            for (int v = 0; v < NV; v++) {
+                if (v >= nv) break;
+                const uint4* xq = reinterpret_cast<const uint4*>(xsh + v * per);
+                const float* xf = reinterpret_cast<const float*>(xsh + v * per + 4 * nb);
+#pragma unroll
+                for (int kb = 0; kb < CB; kb++) {
+                    int xw[16];
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        const uint4 a = xq[(kb * 4 + q) * nch + c];
+                        xw[4 * q] = a.x, xw[4 * q + 1] = a.y, xw[4 * q + 2] = a.z, xw[4 * q + 3] = a.w;
+                    }
+                    const float xs = xf[kb * nch + c], xsum = MN ? xf[nb + kb * nch + c] : 0.f;
+#pragma unroll
+                    for (int r = 0; r < SROWS; r++) {
+                        const int sd = i16_dot<FMT>(&w[r][kb * (FMT == Q8 ? 8 : 4)], xw);
+                        acc[r][v] += sc[r][kb] * (xs * (float)sd) + (MN ? mn[r][kb] * xsum : 0.f);
+                    }
+                }
+            }
+        }
+        // The warp's 32 sums, reduced and scattered at once: each round
+        // a lane keeps half its values (the upper half where its bit o is
+        // set) and adds its partner's of the same half, so lane l ends
+        // with sum l (row l / NV, vector l % NV), in 31 shuffles, not 160.
+        float* a = &acc[0][0];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const bool upper = lane & o;
+#pragma unroll
+            for (int i = 0; i < o; i++) {
+                const float send = upper ? a[i] : a[i + o], keep = upper ? a[i + o] : a[i];
+                a[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+            }
+        }
+        const int r = lane / NV, v = lane % NV;
+        if (v < nv && r0 + r < rows) Y[(size_t)(v0 + v) * rows + r0 + r] = a[0];
+    }
+}
+
+#define MATVEC_BATCHS(fmt, FMT)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(128) matvec_batchs_##fmt(                                      \
+        const uint8_t* W, const __half* scales, const __half* mins, const float* X, float* Y, int rows, int nb, \
+        int row_bytes, int gb, int ng, int n) {                                                                 \
+        matvec_batchs<FMT, 4, 4, 8>(W, scales, mins, X, Y, rows, nb, row_bytes, gb, ng, n);                     \
+    }
+MATVEC_BATCHS(q8, Q8)
+MATVEC_BATCHS(q4, Q4)
 
 // matvec_flat: tq2 products with int8 x (BitNet's short ternary rows, NCH
 // chunks of 16 bytes) without a loop over a row. A warp's SR rows are
