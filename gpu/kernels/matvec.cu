@@ -766,6 +766,44 @@ __device__ __forceinline__ void stage_pre(stage_norm<V>& sn, const float* __rest
     }
 }
 
+// i16_put rounds piece k (values 8k..8k+7, v) of x's 32-weight block b to
+// int16 by the block's largest |value| and writes it, the block's scale
+// and (q4, q4k) its sum in stage_x's int16 layout at xsh (nb blocks):
+// the block's four pieces are four consecutive lanes, which meet by
+// shuffles, so every lane of the warp calls it (in: whether its piece is
+// real).
+template <int FMT>
+__device__ __forceinline__ void i16_put(float4* xsh, int nb, int b, int k, const float (&v)[8], bool in) {
+    constexpr int CB = chunk_blocks<FMT>();
+    constexpr bool SUM = FMT == Q4 || FMT == Q4K;
+    const int nch = nb / CB;
+    float m = 0.f, sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        m = fmaxf(m, fabsf(v[j]));
+        if (SUM) sum += v[j];
+    }
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) {
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if (SUM) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    }
+    const float inv = m > 0.f ? 32767.f / m : 0.f;
+    uint32_t w[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        w[j] = (uint32_t)(uint16_t)__float2int_rn(v[2 * j] * inv) | ((uint32_t)__float2int_rn(v[2 * j + 1] * inv) << 16);
+    if (in) {
+        uint4* xq = reinterpret_cast<uint4*>(xsh);
+        float* xscale = reinterpret_cast<float*>(xsh + 4 * nb);
+        xq[((b % CB) * 4 + k) * nch + b / CB] = make_uint4(w[0], w[1], w[2], w[3]);
+        if (k == 0) {
+            xscale[(b % CB) * nch + b / CB] = m / 32767.f;
+            if (SUM) xscale[nb + (b % CB) * nch + b / CB] = sum;
+        }
+    }
+}
+
 // stage_i16 is stage_x for q4's and q8's int16 x (the layout below): four
 // threads a 32-weight block, eight values each, the block's largest
 // |value| (and for q4, whose minimums need it, its sum) by shuffles among
@@ -777,8 +815,7 @@ __device__ __forceinline__ void stage_pre(stage_norm<V>& sn, const float* __rest
 template <int FMT>
 __device__ void stage_i16(float4* xsh, const float* x, const float* x2, int act, int cols,
                          const float* __restrict__ nw, float eps, float w_add, int nb) {
-    constexpr int CB = chunk_blocks<FMT>();
-    const int nch = nb / CB, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     __shared__ float red[32];
     float rinv = 1.f;
     if (nw != nullptr) {
@@ -796,9 +833,6 @@ __device__ void stage_i16(float4* xsh, const float* x, const float* x2, int act,
         rinv = rsqrtf(warps_sum(red, nwarps) / (float)cols + eps);
     }
     // (The loop is uniform, so every lane takes part in the shuffles.)
-    uint4* xq = reinterpret_cast<uint4*>(xsh);
-    float* xscale = reinterpret_cast<float*>(xsh + 4 * nb);
-    float* xsum = xscale + nb;
     for (int i0 = 0; i0 < nb * 4; i0 += blockDim.x) {
         const int i = i0 + threadIdx.x, b = i >> 2, k = i & 3;
         const bool in = i < nb * 4;
@@ -831,29 +865,36 @@ __device__ void stage_i16(float4* xsh, const float* x, const float* x2, int act,
             for (int j = 0; j < 8; j++)  // past cols: zeros, whatever the buffers hold
                 if (8 * i + j >= cols) v[j] = 0.f;
         }
-        constexpr bool SUM = FMT == Q4 || FMT == Q4K;
-        float m = 0.f, sum = 0.f;
+        i16_put<FMT>(xsh, nb, b, k, v, in);
+    }
+    __syncthreads();
+}
+
+// stage_batch is stage_i16 for n <= NV vectors of X (rows of nb*32
+// values, nothing fused), vector v at xsh + v*per: every thread's share
+// of all of them in one loop, J of its 8-value pieces requested at once,
+// so staging NV vectors costs a few round trips to memory, not NV times
+// stage_i16's.
+template <int FMT, int J>
+__device__ void stage_batch(float4* xsh, int per, const float* X, int n, int nb) {
+    const int items = n * nb * 4, nt = blockDim.x;
+    for (int i0 = 0; i0 < items; i0 += J * nt) {
+        float4 f[J][2];
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            m = fmaxf(m, fabsf(v[j]));
-            if (SUM) sum += v[j];
-        }
-#pragma unroll
-        for (int o = 1; o < 4; o <<= 1) {
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-            if (SUM) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        }
-        const float inv = m > 0.f ? 32767.f / m : 0.f;
-        uint32_t w[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            w[j] = (uint32_t)(uint16_t)__float2int_rn(v[2 * j] * inv) | ((uint32_t)__float2int_rn(v[2 * j + 1] * inv) << 16);
-        if (in) {
-            xq[((b % CB) * 4 + k) * nch + b / CB] = make_uint4(w[0], w[1], w[2], w[3]);
-            if (k == 0) {
-                xscale[(b % CB) * nch + b / CB] = m / 32767.f;
-                if (SUM) xsum[(b % CB) * nch + b / CB] = sum;
+        for (int j = 0; j < J; j++) {
+            const int i = i0 + j * nt + (int)threadIdx.x;
+            f[j][0] = f[j][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (i < items) {
+                const float4* p = reinterpret_cast<const float4*>(X) + 2 * (size_t)i;  // rows of whole 32-blocks
+                f[j][0] = ld_dep(p);
+                f[j][1] = ld_dep(p + 1);
             }
+        }
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const int i = i0 + j * nt + (int)threadIdx.x, v = i / (nb * 4), r = i % (nb * 4);
+            const float e[8] = {f[j][0].x, f[j][0].y, f[j][0].z, f[j][0].w, f[j][1].x, f[j][1].y, f[j][1].z, f[j][1].w};
+            i16_put<FMT>(xsh + (size_t)v * per, nb, r >> 2, r & 3, e, i < items);
         }
     }
     __syncthreads();
@@ -1360,8 +1401,8 @@ MATVECG(q4k, Q4K, 4, 4) MATVECG(q4k, Q4K, 1, 16) MATVECG(q4k, Q4K, 2, 16)
 
 // matvec_batchs: Y[n, rows] = X[n, cols] W^T for q4 and q8 over a batch
 // of decode tokens, as matvecs takes one: the NV vectors of blockIdx.y's
-// group staged once a block in shared memory as int16 (stage_i16, a
-// vector at a time), a persistent grid over groups of NW*SROWS rows, a
+// group staged once a block in shared memory as int16 (stage_batch), a
+// persistent grid over groups of NW*SROWS rows, a
 // warp's SROWS rows over their whole length, each chunk of weights loaded
 // once for the NV vectors and each staged x word read once for SROWS
 // rows. (matvec_batch reads x from global memory for every 4 rows and
@@ -1380,8 +1421,7 @@ __device__ void matvec_batchs(const uint8_t* __restrict__ W, const __half* __res
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const size_t cols = (size_t)nb * 32;
     pdl_wait();  // X is the previous kernel's output
-    for (int v = 0; v < nv; v++)
-        stage_i16<FMT>(xsh + v * per, X + (size_t)(v0 + v) * cols, nullptr, -1, (int)cols, nullptr, 0.f, 0.f, nb);
+    stage_batch<FMT, 8>(xsh, per, X + (size_t)v0 * cols, nv, nb);
     const int groups = (rows + SROWS * NW - 1) / (SROWS * NW);
     for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
         const int r0 = grp * SROWS * NW + warp * SROWS;
