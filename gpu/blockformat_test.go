@@ -86,7 +86,7 @@ func blockTensors(t *testing.T, r *rand.Rand, f quantize.Format, rows, cols int)
 // TestBlockFormatKernelChoice: a block format's decode product takes the
 // plain kernel (matvec_blk) whatever kernel is forced, fuses nothing (so
 // Linear runs the norm, the product, the gate and the add apart), and 2 to
-// 64 tokens take the batch kernel; but q4k's and q6k's take the
+// batchMaxTokens tokens take the batch kernel; but q4k's and q6k's take the
 // shared-memory kernels with every fusion (q6k's rows at any alignment),
 // and q4k's gate/up the gated output.
 func TestBlockFormatKernelChoice(t *testing.T) {
@@ -124,7 +124,7 @@ func TestBlockFormatKernelChoice(t *testing.T) {
 				}
 			}
 			d.matvecMode = matvecKernel{}
-			for n, want := range map[int]bool{1: false, 2: true, 9: true, 64: true, 65: false} {
+			for n, want := range map[int]bool{1: false, 2: true, 9: true, batchMaxTokens: true, batchMaxTokens + 1: false} {
 				name, ok := batchKernel(m, n)
 				if ok != want || (ok && name != "matvec_batch_"+string(f)) {
 					t.Errorf("%s, %d tokens: batch kernel %q %v, want %v", f, n, name, ok, want)
@@ -275,8 +275,8 @@ func productRef(w []float32, x []float32, rows, cols, n int) []float64 {
 }
 
 // TestBlockMatMul checks several tokens' products of every block format
-// against float64 over the dequantized weights: 2 to 64 tokens on the
-// batch kernel, more on the tiled fp32 kernel (cuBLAS off here;
+// against float64 over the dequantized weights: 2 to batchMaxTokens
+// tokens on the batch kernel, more on the tiled fp32 kernel (cuBLAS off here;
 // TestBlockMatMulBlas has it).
 func TestBlockMatMul(t *testing.T) {
 	d := openOrSkip(t)

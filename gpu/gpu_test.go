@@ -509,7 +509,7 @@ func TestMatMul(t *testing.T) {
 	d.blasOff = true // lowbit's own kernel; TestMatMulBlas checks cuBLAS
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(3, 4))
-	// (2 to 64 tokens of whole 32-weight blocks: matvec_batch, or
+	// (2 to batchMaxTokens tokens of whole 32-weight blocks: matvec_batch, or
 	// matvec_batchs where the rows suit it)
 	for _, sh := range []struct{ rows, cols, n int }{{1, 32, 1}, {70, 100, 3}, {130, 2048, 70}, {64, 512, 128},
 		{100, 256, 2}, {67, 2048, 9}, {301, 512, 64}, {64, 96, 17}} {

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -634,7 +635,7 @@ func (d *Device) matmul(m *Matrix, X, Y Buffer, n int) error {
 	if m.rowScale.Ptr() != 0 {
 		return fmt.Errorf("gpu: matmul: a joined tq2 matrix [%d, %d] takes the int8 product only", m.Rows, m.Cols)
 	}
-	if name, shared, ok := d.batchShared(m, n); ok {
+	if name, shared, ok := d.batchShared(m, n); ok && n <= cmp.Or(d.exp.batchMax, batchMaxTokens) {
 		if err := d.allowShared(name, shared); err != nil {
 			return err
 		}
@@ -647,7 +648,7 @@ func (d *Device) matmul(m *Matrix, X, Y Buffer, n int) error {
 			argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argBuf(X), argBuf(Y),
 			argInt(m.Rows), argInt(m.blocks()), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()), argInt(n))
 	}
-	if name, ok := batchKernel(m, n); ok {
+	if name, ok := batchKernel(m, n); ok && n <= cmp.Or(d.exp.batchMax, batchMaxTokens) {
 		return d.launchPDL(name, grid2((m.Rows+3)/4, (n+batchVectors-1)/batchVectors), grid1(128), 0,
 			argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argBuf(X), argBuf(Y),
 			argInt(m.Rows), argInt(m.blocks()), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()), argInt(n))
@@ -663,10 +664,12 @@ func (d *Device) matmul(m *Matrix, X, Y Buffer, n int) error {
 // batchVectors is how many vectors a block of matvec_batch takes (NV in
 // kernels/matvec.cu), and batchMaxTokens the most tokens a product goes
 // to it with: a few sequences' decode tokens, for which each weight read
-// once per batchVectors of them beats dequantizing for cuBLAS.
+// once per batchVectors of them beats dequantizing for cuBLAS; from
+// blasMinTokens on, cuBLAS's tensor cores win despite the dequantization
+// (the batch kernels multiply on the ALUs).
 const (
 	batchVectors   = 8
-	batchMaxTokens = 64
+	batchMaxTokens = blasMinTokens - 1
 	// batchRowsS is how many rows a block of matvec_batchs takes at once
 	// (its 4 warps of 4 rows).
 	batchRowsS = 16
