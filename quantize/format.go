@@ -543,14 +543,41 @@ func (f Format) CheckRange(w []float32, cols, firstRow int) error {
 
 // TensorScaleOf is the per-tensor scale (Options.TensorScale) of f for
 // w, rows of cols weights: tq2's mean absolute weight; a super-block
-// format's largest sub-block scale. A tensor quantized in chunks gets the
-// scale of the whole: the mean of the chunks' for tq2 (weighted by their
-// sizes), the largest of them for a super-block format (CombineTensorScales).
+// format's largest sub-block scale.
 func (f Format) TensorScaleOf(w []float32, cols int) float32 {
+	var ts TensorScaler
+	ts.Add(f, w, cols)
+	return ts.Scale(f)
+}
+
+// TensorScaler gathers a per-tensor scale over a tensor's chunks of rows,
+// so that a tensor quantized a chunk at a time keeps the scale of the
+// whole (TensorScaleOf of all its rows at once).
+type TensorScaler struct {
+	sum float64 // Σ|w| (tq2)
+	n   int
+	top float32 // the largest sub-block scale (super-block formats)
+}
+
+// Add takes a chunk of whole rows of cols weights in format f.
+func (ts *TensorScaler) Add(f Format, w []float32, cols int) {
 	if l := f.spec().sblock; l != nil {
-		return l.tensorScale(w, cols)
+		ts.top = max(ts.top, l.tensorScale(w, cols))
+		return
 	}
-	return float32(AbsMean(w))
+	ts.sum += AbsMean(w) * float64(len(w))
+	ts.n += len(w)
+}
+
+// Scale is the scale of the rows added, for format f.
+func (ts *TensorScaler) Scale(f Format) float32 {
+	if f.spec().sblock != nil {
+		return ts.top
+	}
+	if ts.n == 0 {
+		return 0
+	}
+	return float32(ts.sum / float64(ts.n))
 }
 
 // AbsMean is the mean absolute value of w, in float64.

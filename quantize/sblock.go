@@ -133,20 +133,30 @@ func (l *sblockLayout) chooseSub(w, a []float32, ts float32, search bool, codes 
 			return 0
 		}
 		z := math.Round(float64(-m / ds * float32(zt) / float32(top)))
-		return int32(min(max(z, -2), zt+2)) // NaN-safe: a NaN gives -2
+		return int32(min(max(z, 0), zt)) // NaN-safe: a NaN gives 0
 	}
-	ks, dz := []int32{k0}, []int32{0}
+	// The zero point lies in the codes' range, so a sub-block whose range
+	// leaves out zero (all its weights of one sign) needs a scale that
+	// reaches from zero: kReq, the least code that covers the range with
+	// zero, is always tried (it is the plain choice without search).
+	var lo, hi float32
+	for _, v := range w {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	kReq := int32(0)
+	if need := (hi - lo) / float32(top); need > 0 && ts > 0 {
+		kReq = int32(math.Ceil(6*math.Log2(float64(need)/float64(ts))-1e-9)) + kt
+		kReq = min(max(kReq, 0), kt)
+	}
+	ks, dz := []int32{kReq}, []int32{0}
 	if search {
-		ks, dz = []int32{k0 - 1, k0, k0 + 1}, []int32{-1, 0, 1}
+		ks, dz = []int32{k0 - 1, k0, k0 + 1, kReq}, []int32{-1, 0, 1}
 	}
 	for _, k := range ks {
 		if k < 0 || k > kt {
 			continue
 		}
 		z0 := zeroFor(k, m)
-		if !search {
-			z0 = min(max(z0, 0), zt)
-		}
 		for _, o := range dz {
 			try(k, z0+o)
 		}
@@ -327,16 +337,17 @@ const (
 	sblockMaxAbsWhy = "its float32 tensor scale times its largest sub-block scale must stay finite"
 )
 
-// sblockTensorScale is the tensor scale of w (rows of cols weights) in
-// layout l: the largest of its sub-blocks' plain scales (range over the
-// codes' span), so the top scale code clips no sub-block.
+// tensorScale is the tensor scale of w (rows of cols weights) in layout
+// l: the largest of its sub-blocks' plain scales (their range, zero
+// included, over the codes' span), so the top scale code clips no
+// sub-block.
 func (l *sblockLayout) tensorScale(w []float32, cols int) float32 {
 	var best float32
 	for r := 0; r+cols <= len(w); r += cols {
 		row := w[r : r+cols]
 		for lo := 0; lo < cols; lo += 16 {
 			sub := row[lo:min(lo+16, cols)]
-			a, b := sub[0], sub[0]
+			var a, b float32 // zero included: the zero point lies in the codes' range
 			for _, v := range sub {
 				a, b = min(a, v), max(b, v)
 			}
