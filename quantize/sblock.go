@@ -45,10 +45,9 @@ func (l *sblockLayout) levels() int32 { return 1<<l.bits - 1 }
 // sblockScales are the scale codes' multiples of the tensor scale S, the
 // largest sub-block scale of the tensor: code k is 2^((k-15)/6), so the
 // sixteen codes span 2^(15/6), about 5.7 times, down from S in steps of
-// 12%; sub-blocks of still smaller weights take code 0. (A wider span in
-// coarser steps, or five bits of scale and three of zero point, lose more
-// to the coarser grid than they gain in reach.) The values are float32s
-// every decoder takes as they are.
+// 12%; sub-blocks of still smaller weights take code 0 (BENCHMARKS.md has
+// the grids tried). The values are float32s every decoder takes as they
+// are.
 var sblockScales = func() (t [16]float32) {
 	for k := range t {
 		t[k] = float32(math.Pow(2, float64(k-15)/6))
