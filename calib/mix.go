@@ -113,6 +113,9 @@ func Measure(ctx context.Context, st *Stats, name string, w []float32, rows, col
 		}
 		bytes := len(q.Data) + 2*len(q.Scales) + 2*len(q.Mins)
 		c.Bits[k] = float64(bytes) * 8 / float64(len(w))
+		if cand.Format.Spec().TensorScale {
+			c.Bits[k] += 32 / float64(c.Params) // the tensor's float32 scale, once for all its rows
+		}
 		dq := q.Dequantize()
 		var e float64
 		for i, v := range w {

@@ -119,7 +119,7 @@ func TestConvertMix(t *testing.T) {
 			continue
 		}
 		f, err := quantize.ParseFormat(e.Format)
-		if err != nil || !f.Quantized() || e.GroupSize <= 0 {
+		if err != nil || !f.Quantized() || (e.GroupSize <= 0) != f.Spec().TensorScale {
 			t.Fatalf("%s stored as %q in groups of %d", e.Name, e.Format, e.GroupSize)
 		}
 		formats[fmt.Sprintf("%s/%d", e.Format, e.GroupSize)] = true

@@ -167,14 +167,13 @@ func (e Entry) EstimateBytes(bits string) (int64, error) {
 func BitsPerWeight(bits string, group int) (float64, error) {
 	f, err := quantize.ParseFormat(bits)
 	if err != nil || !f.Quantized() {
-		return 0, fmt.Errorf("unknown --bits %q (want 1, 2, 4, 8, ternary, or a block format: q5_0, q5_1, q2k, q3k, q4k, q5k, q6k)", bits)
+		return 0, fmt.Errorf("unknown --bits %q (want 1, 2, 4, 8, ternary, a block format: q5_0, q5_1, q2k, q3k, q4k, q5k, q6k, or a super-block one: q2s, q3s, q4s)", bits)
 	}
 	s := f.Spec()
-	if s.TensorScale {
-		return float64(s.CodeBits), nil // one scale a tensor costs a weight nothing
-	}
-	if s.BlockScales {
-		return s.Bits, nil // the scales are in the blocks, and in Bits
+	if s.TensorScale || s.BlockScales {
+		// The scales are in the blocks, if any; one a tensor costs a
+		// weight nothing.
+		return float64(s.BlockBytes*8) / float64(s.Block), nil
 	}
 	if group <= 0 {
 		group = s.Group

@@ -10,7 +10,8 @@ import (
 
 // TestBitsPerWeight pins the storage cost of each --bits: the code's bits
 // plus an fp16 scale (and for q4 and q2 an fp16 minimum) a group; GGUF's
-// figure for a block format.
+// figure for a block format; codes and sub-block bytes for a super-block
+// format.
 func TestBitsPerWeight(t *testing.T) {
 	tests := []struct {
 		bits  string
@@ -21,6 +22,7 @@ func TestBitsPerWeight(t *testing.T) {
 		{"2", 0, 3}, {"2", 64, 2.5}, {"1", 0, 1.5}, {"ternary", 0, 2}, {"tq2", 64, 2},
 		{"q5_0", 0, 5.5}, {"Q5_1", 0, 6}, {"q2k", 0, 2.625}, {"q3_k", 0, 3.4375},
 		{"Q4_K", 0, 4.5}, {"q5k", 0, 5.5}, {"q6k", 0, 6.5625},
+		{"q2s", 0, 2.5}, {"q3s", 0, 3.5}, {"q4s", 0, 4.5},
 	}
 	for _, tc := range tests {
 		got, err := BitsPerWeight(tc.bits, tc.group)

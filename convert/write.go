@@ -129,11 +129,10 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 
 	var tensorScale float32
 	if p.format.Spec().TensorScale {
-		sum, err := scanAbsSum(raw, p, rows, cols, chunkRows, buf, s.allowNonFinite)
-		if err != nil {
+		var err error
+		if tensorScale, err = scanTensorScale(raw, p, rows, cols, chunkRows, buf, s.allowNonFinite); err != nil {
 			return e, err
 		}
-		tensorScale = float32(sum / float64(n))
 		if s.f16TensorScale {
 			// GGUF's TQ2_0 holds the scale as an f16.
 			tensorScale = half.FromFloat32(tensorScale).Float32()
@@ -250,20 +249,21 @@ func checkFinite(p *tensorPlan, dst []float32, r0, cols int64, allow bool) error
 	return nil
 }
 
-// scanAbsSum is the first pass of ternary quantization: the sum of |w| over
-// the whole tensor, since BitNet's scale is one absmean per tensor.
-func scanAbsSum(raw []byte, p *tensorPlan, rows, cols, chunkRows int64, buf []float32, allow bool) (float64, error) {
+// scanTensorScale is the first pass of a format with one scale per tensor
+// (tq2's absmean, a super-block format's largest sub-block scale): the
+// scale of the whole tensor, which every chunk is then quantized with.
+func scanTensorScale(raw []byte, p *tensorPlan, rows, cols, chunkRows int64, buf []float32, allow bool) (float32, error) {
 	esz := int64(p.info.DType.Size())
-	var sum float64
+	var ts quantize.TensorScaler
 	for r0 := int64(0); r0 < rows; r0 += chunkRows {
 		nr := min(chunkRows, rows-r0)
 		x := buf[:nr*cols]
 		if err := toFloat(p, raw[r0*cols*esz:(r0+nr)*cols*esz], x, r0, cols, allow); err != nil {
 			return 0, err
 		}
-		sum += quantize.AbsMean(x) * float64(len(x))
+		ts.Add(p.format, x, int(cols))
 	}
-	return sum, nil
+	return ts.Scale(p.format), nil
 }
 
 func halfBytes(h []half.Float16) []byte {

@@ -240,7 +240,7 @@ func TestBlockPackRoundTrip(t *testing.T) {
 			for c, code := range q.RowCodes(0) {
 				ds, ms := want.subScale(s.blocks, c/s.blocks.sub)
 				ref := q.weight(0, c, code)
-				if d, m := s.scale(blk, c); d != ds || m != ms || deq[c] != ref || math.Float32bits(ref) != math.Float32bits(float32(ds*float32(code))+ms) {
+				if d, m := s.scale(blk, c, 0); d != ds || m != ms || deq[c] != ref || math.Float32bits(ref) != math.Float32bits(float32(ds*float32(code))+ms) {
 					t.Fatalf("%s weight %d: scale (%v, %v), fields' (%v, %v); decoded %v, reference %v", f, c, d, m, ds, ms, deq[c], ref)
 				}
 			}

@@ -50,12 +50,17 @@ const (
 	Q4K  Format = "q4k"
 	Q5K  Format = "q5k"
 	Q6K  Format = "q6k"
+	// Lowbit's super-block formats (sblock.go): 4-bit scale codes per 16
+	// weights under one float32 per tensor, rows of any length.
+	Q2S Format = "q2s"
+	Q3S Format = "q3s"
+	Q4S Format = "q4s"
 )
 
 // Formats lists every format, the floats first: what a caller offering a
 // choice of formats (a mixed-precision plan, a sweep) iterates over.
 func Formats() []Format {
-	return []Format{F32, F16, BF16, Q8, Q4, Q2, Q1, TQ2, Q5_0, Q5_1, Q2K, Q3K, Q4K, Q5K, Q6K}
+	return []Format{F32, F16, BF16, Q8, Q4, Q2, Q1, TQ2, Q5_0, Q5_1, Q2K, Q3K, Q4K, Q5K, Q6K, Q2S, Q3S, Q4S}
 }
 
 // block is the number of weights in the packing unit of every quantized
@@ -80,6 +85,12 @@ func ParseFormat(s string) (Format, error) {
 		return Q5K, nil
 	case "q6k", "q6_k":
 		return Q6K, nil
+	case "q2s":
+		return Q2S, nil
+	case "q3s":
+		return Q3S, nil
+	case "q4s":
+		return Q4S, nil
 	case "8", "q8", "int8":
 		return Q8, nil
 	case "4", "q4", "int4":
@@ -97,7 +108,7 @@ func ParseFormat(s string) (Format, error) {
 	case "f32", "fp32", "32":
 		return F32, nil
 	}
-	return "", fmt.Errorf("unknown format %q (want 1, 2, 4, 8, ternary, q5_0, q5_1, q2k, q3k, q4k, q5k, q6k, f16, bf16 or f32)", s)
+	return "", fmt.Errorf("unknown format %q (want 1, 2, 4, 8, ternary, q5_0, q5_1, q2k, q3k, q4k, q5k, q6k, q2s, q3s, q4s, f16, bf16 or f32)", s)
 }
 
 // Spec describes a storage format once: the facts every package asks
@@ -160,10 +171,11 @@ type Spec struct {
 	// code reads the code of weight c of a packed row, straight from the
 	// layout's definition: the reference for every fast path.
 	code func(row []byte, c int) int32
-	// scale reads, for a block format, the scale and minimum weight c of a
-	// packed row is decoded with (w = d*code + m), straight from the
-	// layout's definition like code.
-	scale func(row []byte, c int) (d, m float32)
+	// scale reads, for a block format or a super-block one, the scale and
+	// minimum weight c of a packed row is decoded with (w = d*code + m),
+	// straight from the layout's definition like code; ts is the tensor's
+	// scale (Tensor.Scale), which only the super-block formats read.
+	scale func(row []byte, c int, ts float32) (d, m float32)
 	// halves are the byte offsets of a block format's fp16 fields in its
 	// block, which CheckBlocks holds to finite values.
 	halves []int
@@ -178,6 +190,8 @@ type Spec struct {
 	dotInt8 func(t *Tensor, r int, a *Int8Vec) float32
 	// blocks is a block format's layout as its quantizer sees it (blockq.go).
 	blocks *blockLayout
+	// sblock is a super-block format's layout (sblock.go).
+	sblock *sblockLayout
 }
 
 // The float formats keep weights as floats, in the range of their type.
@@ -197,6 +211,7 @@ var (
 var specs struct {
 	f32, f16, bf16, q8, q4, q2, q1, tq2 *Spec
 	q5_0, q5_1, q2k, q3k, q4k, q5k, q6k *Spec
+	q2s, q3s, q4s                       *Spec
 }
 
 func init() {
@@ -204,6 +219,7 @@ func init() {
 	specs.q8, specs.q4, specs.q2, specs.q1, specs.tq2 = &q8Spec, &q4Spec, &q2Spec, &q1Spec, &tq2Spec
 	specs.q5_0, specs.q5_1 = &q5_0Spec, &q5_1Spec
 	specs.q2k, specs.q3k, specs.q4k, specs.q5k, specs.q6k = &q2kSpec, &q3kSpec, &q4kSpec, &q5kSpec, &q6kSpec
+	specs.q2s, specs.q3s, specs.q4s = &q2sSpec, &q3sSpec, &q4sSpec
 }
 
 // Spec is f's descriptor; a name that is no format gets one that is not
@@ -243,6 +259,12 @@ func (f Format) spec() *Spec {
 		return specs.q5k
 	case Q6K:
 		return specs.q6k
+	case Q2S:
+		return specs.q2s
+	case Q3S:
+		return specs.q3s
+	case Q4S:
+		return specs.q4s
 	}
 	return &unknownSpec
 }
@@ -437,14 +459,18 @@ func Quantize(ctx context.Context, f Format, w []float32, rows, cols int, opt Op
 	if s.TensorScale {
 		scale := opt.TensorScale
 		if scale == 0 {
-			scale = float32(AbsMean(w))
+			scale = f.TensorScaleOf(w, cols)
 		}
 		t.Scale = max(scale, tq2MinScale)
 	}
 	codes := make([]int32, max(t.GroupSize, s.Block)+block)
 	quantizeRow := s.quantizeRow
 	if opt.Compensate != nil {
-		quantizeRow = newCompensator(cols, t.GroupSize).quantizeRow
+		cp := newCompensator(cols, t.GroupSize)
+		quantizeRow = cp.quantizeRow
+		if s.sblock != nil {
+			quantizeRow = cp.quantizeSblockRow
+		}
 	}
 	for r := 0; r < rows; r++ {
 		if r%256 == 0 || opt.Compensate != nil && r%8 == 0 {
@@ -513,6 +539,45 @@ func (f Format) CheckRange(w []float32, cols, firstRow int) error {
 		return fmt.Errorf("non-finite weight %v at row %d, column %d", v, row, col)
 	}
 	return fmt.Errorf("weight %g at row %d, column %d is out of range for %s (%s)", v, row, col, f, s.maxAbsWhy)
+}
+
+// TensorScaleOf is the per-tensor scale (Options.TensorScale) of f for
+// w, rows of cols weights: tq2's mean absolute weight; a super-block
+// format's largest sub-block scale.
+func (f Format) TensorScaleOf(w []float32, cols int) float32 {
+	var ts TensorScaler
+	ts.Add(f, w, cols)
+	return ts.Scale(f)
+}
+
+// TensorScaler gathers a per-tensor scale over a tensor's chunks of rows,
+// so that a tensor quantized a chunk at a time keeps the scale of the
+// whole (TensorScaleOf of all its rows at once).
+type TensorScaler struct {
+	sum float64 // Σ|w| (tq2)
+	n   int
+	top float32 // the largest sub-block scale (super-block formats)
+}
+
+// Add takes a chunk of whole rows of cols weights in format f.
+func (ts *TensorScaler) Add(f Format, w []float32, cols int) {
+	if l := f.spec().sblock; l != nil {
+		ts.top = max(ts.top, l.tensorScale(w, cols))
+		return
+	}
+	ts.sum += AbsMean(w) * float64(len(w))
+	ts.n += len(w)
+}
+
+// Scale is the scale of the rows added, for format f.
+func (ts *TensorScaler) Scale(f Format) float32 {
+	if f.spec().sblock != nil {
+		return ts.top
+	}
+	if ts.n == 0 {
+		return 0
+	}
+	return float32(ts.sum / float64(ts.n))
 }
 
 // AbsMean is the mean absolute value of w, in float64.
@@ -599,12 +664,12 @@ func (t *Tensor) DequantizeRow(row int, dst []float32) {
 // weight is one dequantized weight from its code.
 func (t *Tensor) weight(row, c int, q int32) float32 {
 	s := t.Format.spec()
+	if s.scale != nil {
+		d, m := s.scale(t.rowData(row), c, t.Scale)
+		return float32(d*float32(q)) + m
+	}
 	if s.TensorScale {
 		return float32(q) * t.Scale
-	}
-	if s.BlockScales {
-		d, m := s.scale(t.rowData(row), c)
-		return float32(d*float32(q)) + m
 	}
 	g := row*t.Groups() + c/t.GroupSize
 	d := t.Scales[g].Float32()

@@ -19,10 +19,11 @@ import (
 
 // compensable says whether f's codes can be chosen one at a time at fixed
 // group scales and packed: the formats with a scale per group and one code
-// per weight in a layout of this package.
+// per weight in a layout of this package, and the super-block formats
+// (their sub-blocks' scales chosen as a group's are).
 func compensable(f Format) bool {
 	switch f {
-	case Q8, Q4, Q2, Q1:
+	case Q8, Q4, Q2, Q1, Q2S, Q3S, Q4S:
 		return true
 	}
 	return false

@@ -80,7 +80,7 @@ func TestCompensationLowersOutputError(t *testing.T) {
 	for _, tc := range []struct {
 		f    Format
 		gain float64
-	}{{Q8, 0.5}, {Q4, 0.5}, {Q2, 0.5}, {Q1, 0.5}} {
+	}{{Q8, 0.5}, {Q4, 0.5}, {Q2, 0.5}, {Q1, 0.5}, {Q2S, 0.5}, {Q3S, 0.5}, {Q4S, 0.5}} {
 		plain, err := Quantize(ctx, tc.f, w, rows, cols, Options{Search: true, Importance: imp})
 		if err != nil {
 			t.Fatal(err)
@@ -120,7 +120,7 @@ func TestCompensationIdentity(t *testing.T) {
 		u[c*cols+c] = 1
 	}
 	imp := skewedImportance(r, cols)
-	for _, f := range []Format{Q8, Q4, Q2, Q1} {
+	for _, f := range []Format{Q8, Q4, Q2, Q1, Q2S, Q3S, Q4S} {
 		for _, g := range []int{32, 64} {
 			opt := Options{Search: true, Importance: imp, GroupSize: g}
 			a, _ := Quantize(ctx, f, w, rows, cols, opt)

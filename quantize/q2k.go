@@ -54,7 +54,7 @@ func codeQ2K(row []byte, c int) int32 {
 }
 
 // scaleQ2K reads the scale and minimum of weight c's sub-block.
-func scaleQ2K(row []byte, c int) (float32, float32) {
+func scaleQ2K(row []byte, c int, _ float32) (float32, float32) {
 	blk := row[c/256*84:]
 	s := blk[c%256/16]
 	return float32(f16At(blk[80:]) * float32(s&15)), -float32(f16At(blk[82:]) * float32(s>>4))

@@ -65,7 +65,7 @@ func codeQ3K(row []byte, c int) int32 {
 }
 
 // scaleQ3K reads the scale of weight c's sub-block: d*(s-32).
-func scaleQ3K(row []byte, c int) (float32, float32) {
+func scaleQ3K(row []byte, c int, _ float32) (float32, float32) {
 	blk := row[c/256*110:]
 	return float32(f16At(blk[108:]) * float32(q3kScale(blk[96:108], c%256/16)-32)), 0
 }

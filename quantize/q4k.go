@@ -68,7 +68,7 @@ func codeQ4K(row []byte, c int) int32 {
 }
 
 // scaleQ4K reads the scale and minimum of weight c's sub-block.
-func scaleQ4K(row []byte, c int) (float32, float32) {
+func scaleQ4K(row []byte, c int, _ float32) (float32, float32) {
 	return kSubScale(row[c/256*144:], c%256/32)
 }
 

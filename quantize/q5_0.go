@@ -52,7 +52,7 @@ func codeQ5_0(row []byte, c int) int32 {
 }
 
 // scaleQ5_0 reads the scale of weight c's block.
-func scaleQ5_0(row []byte, c int) (float32, float32) { return f16At(row[c/32*22:]), 0 }
+func scaleQ5_0(row []byte, c int, _ float32) (float32, float32) { return f16At(row[c/32*22:]), 0 }
 
 // dequantizeQ5_0 decodes whole blocks: d*(q-16).
 func dequantizeQ5_0(blocks []byte, _, _ float32, out []float32) {

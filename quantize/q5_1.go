@@ -39,7 +39,7 @@ func codeQ5_1(row []byte, c int) int32 {
 }
 
 // scaleQ5_1 reads the scale and minimum of weight c's block.
-func scaleQ5_1(row []byte, c int) (float32, float32) {
+func scaleQ5_1(row []byte, c int, _ float32) (float32, float32) {
 	blk := row[c/32*24:]
 	return f16At(blk), f16At(blk[2:])
 }

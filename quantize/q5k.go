@@ -49,7 +49,7 @@ func codeQ5K(row []byte, c int) int32 {
 }
 
 // scaleQ5K reads the scale and minimum of weight c's sub-block.
-func scaleQ5K(row []byte, c int) (float32, float32) {
+func scaleQ5K(row []byte, c int, _ float32) (float32, float32) {
 	return kSubScale(row[c/256*176:], c%256/32)
 }
 

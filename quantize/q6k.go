@@ -54,7 +54,7 @@ func codeQ6K(row []byte, c int) int32 {
 }
 
 // scaleQ6K reads the scale of weight c's sub-block: d times its int8.
-func scaleQ6K(row []byte, c int) (float32, float32) {
+func scaleQ6K(row []byte, c int, _ float32) (float32, float32) {
 	blk := row[c/256*210:]
 	return float32(f16At(blk[208:]) * float32(int8(blk[192+c%256/16]))), 0
 }

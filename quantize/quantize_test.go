@@ -60,6 +60,9 @@ func TestBlockLayoutSizes(t *testing.T) {
 // blockFormats are GGUF's block layouts (Spec.BlockScales).
 var blockFormats = []Format{Q5_0, Q5_1, Q2K, Q3K, Q4K, Q5K, Q6K}
 
+// sblockFormats are lowbit's super-block formats (sblock.go).
+var sblockFormats = []Format{Q2S, Q3S, Q4S}
+
 // TestSpecs holds every Spec to its layout, as llama.cpp's static_asserts
 // hold a block struct to its size: a block is Block codes of CodeBits (and
 // a block format's scales, to Bits a weight), the codes a quantizer writes
@@ -67,7 +70,7 @@ var blockFormats = []Format{Q5_0, Q5_1, Q2K, Q3K, Q4K, Q5K, Q6K}
 func TestSpecs(t *testing.T) {
 	r := rand.New(rand.NewPCG(13, 14))
 	w := heavy(r, 2*512)
-	for _, f := range append([]Format{F32, F16, BF16, Q8, Q4, Q2, Q1, TQ2}, blockFormats...) {
+	for _, f := range slices.Concat([]Format{F32, F16, BF16, Q8, Q4, Q2, Q1, TQ2}, blockFormats, sblockFormats) {
 		s := f.Spec()
 		if s.Format != f {
 			t.Errorf("%s: Spec describes %q", f, s.Format)
@@ -95,6 +98,15 @@ func TestSpecs(t *testing.T) {
 			}
 			if s.scale == nil || s.blocks == nil || s.blocks.pack == nil || len(s.halves) == 0 || s.pack != nil {
 				t.Errorf("%s: a block format lacks its scales' functions", f)
+			}
+		} else if s.sblock != nil {
+			if s.Block != block || s.BlockBytes != 2+s.CodeBits*block/8 || float64(s.BlockBytes*8) != s.Bits*block ||
+				s.sblock.blockBytes != s.BlockBytes || s.sblock.bits != s.CodeBits {
+				t.Errorf("%s: %d bytes a block of %d %d-bit codes at %v bits", f, s.BlockBytes, s.Block, s.CodeBits, s.Bits)
+			}
+			if !s.TensorScale || s.Group != 0 || s.TableGroup != 0 || s.Mins || s.BlockScales || s.Fallback != "" ||
+				s.MinCode != 0 || s.MaxCode != 1<<s.CodeBits-1 || s.scale == nil || s.pack != nil || s.blocks != nil {
+				t.Errorf("%s: a super-block format's facts: %+v", f, s)
 			}
 		} else {
 			if s.Block != block || s.BlockBytes*8 != s.CodeBits*block || s.Fallback != "" || s.scale != nil || s.blocks != nil {
@@ -421,7 +433,7 @@ func FuzzQuantizeDot(f *testing.F) {
 	f.Add(uint8(0), uint8(3), uint8(40), int64(1))
 	f.Add(uint8(2), uint8(1), uint8(33), int64(9))
 	f.Fuzz(func(t *testing.T, fi, rows, cols uint8, seed int64) {
-		formats := append(slices.Clone(allFormats), blockFormats...)
+		formats := slices.Concat(allFormats, blockFormats, sblockFormats)
 		fm := formats[int(fi)%len(formats)]
 		nr, nc := int(rows%8)+1, int(cols%200)+1
 		if s := fm.Spec(); s.BlockScales {
@@ -450,7 +462,7 @@ func FuzzQuantizeDot(f *testing.F) {
 func BenchmarkQuantize(b *testing.B) {
 	r := rand.New(rand.NewPCG(9, 9))
 	w := heavy(r, 2048*2048)
-	for _, f := range append(slices.Clone(allFormats), blockFormats...) {
+	for _, f := range slices.Concat(allFormats, blockFormats, sblockFormats) {
 		b.Run(string(f), func(b *testing.B) {
 			b.SetBytes(int64(len(w)) * 4)
 			for i := 0; i < b.N; i++ {

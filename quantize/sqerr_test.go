@@ -12,7 +12,7 @@ import (
 // terms in the same order, so equal exactly).
 func TestSqErrMatchesDequantize(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
-	for _, f := range []Format{Q8, Q4, Q2, Q1, TQ2} {
+	for _, f := range []Format{Q8, Q4, Q2, Q1, TQ2, Q2S, Q3S, Q4S} {
 		for _, shape := range [][2]int{{7, 64}, {5, 200}, {3, 37}} {
 			rows, cols := shape[0], shape[1]
 			w := make([]float32, rows*cols)

@@ -56,7 +56,8 @@ func Cases() []Case {
 		{quantize.Q1, ActFloat, 5}, {quantize.Q2, ActFloat, 5}, {quantize.Q4, ActFloat, 5},
 		{quantize.Q8, ActFloat, 5}, {quantize.TQ2, ActInt8, 5},
 	}
-	for _, f := range []quantize.Format{quantize.Q5_0, quantize.Q5_1, quantize.Q2K, quantize.Q3K, quantize.Q4K, quantize.Q5K, quantize.Q6K} {
+	for _, f := range []quantize.Format{quantize.Q5_0, quantize.Q5_1, quantize.Q2K, quantize.Q3K, quantize.Q4K, quantize.Q5K, quantize.Q6K,
+		quantize.Q2S, quantize.Q3S, quantize.Q4S} {
 		cases = append(cases, Case{f, ActFloat, 1}, Case{f, ActFloat, 5})
 	}
 	return cases

@@ -18,6 +18,10 @@ func refWeights(t *quantize.Tensor) ([][]float64, error) {
 	if t.Format.Spec().BlockScales {
 		return refBlockWeights(t)
 	}
+	switch t.Format {
+	case quantize.Q2S, quantize.Q3S, quantize.Q4S:
+		return refSblockWeights(t)
+	}
 	groups, g := 1, t.GroupSize
 	if t.Format != quantize.TQ2 {
 		if g <= 0 || g%32 != 0 {

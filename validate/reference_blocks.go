@@ -3,6 +3,7 @@ package validate
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"lowbit/quantize"
 )
@@ -104,4 +105,52 @@ func refBlockWeight(f quantize.Format, b []byte, i int) float64 {
 		return h(208) * float64(int8(b[192+i/16])) * float64(q-32)
 	}
 	return 0
+}
+
+// refSblockWeights unpacks a super-block format (q2s, q3s, q4s) by its
+// layout in ARCHITECTURE.md: per 32 weights two sub-block bytes (scale
+// code k low, zero point z high), then the codes; a weight of a sub-block
+// is ds*q - ds*(z*L/15), ds = S*2^((k-15)/6), S the tensor's scale.
+func refSblockWeights(t *quantize.Tensor) ([][]float64, error) {
+	var bits, bb int
+	switch t.Format {
+	case quantize.Q2S:
+		bits, bb = 2, 10
+	case quantize.Q3S:
+		bits, bb = 3, 14
+	case quantize.Q4S:
+		bits, bb = 4, 18
+	default:
+		return nil, fmt.Errorf("validate: no reference for format %q", t.Format)
+	}
+	blocks := (t.Cols + 31) / 32
+	if len(t.Data) != t.Rows*blocks*bb {
+		return nil, fmt.Errorf("validate: %s [%d, %d] holds %d bytes, want %d", t.Format, t.Rows, t.Cols, len(t.Data), t.Rows*blocks*bb)
+	}
+	L := int32(1)<<bits - 1
+	out := make([][]float64, t.Rows)
+	for r := range out {
+		row := make([]float64, t.Cols)
+		for c := range row {
+			blk := t.Data[(r*blocks+c/32)*bb:][:bb]
+			i := c % 32
+			var q int32
+			switch bits {
+			case 2, 3:
+				q = int32(blk[2+i%8]>>(2*(i/8))) & 3
+				if bits == 3 {
+					h := binary.LittleEndian.Uint32(blk[10:14])
+					q |= int32(h>>i&1) << 2
+				}
+			case 4:
+				q = int32(blk[2+i%16]>>(4*(i/16))) & 15
+			}
+			sb := blk[i/16]
+			ds := float32(t.Scale * float32(math.Pow(2, float64(int(sb&15)-15)/6)))
+			zp := float32(int32(sb>>4)*L) / 15
+			row[c] = float64(float32(ds*float32(q)) + -float32(ds*zp))
+		}
+		out[r] = row
+	}
+	return out, nil
 }

@@ -124,7 +124,7 @@ written as Q8_0, Q4_1, Q1_0 or TQ2_0 with the values lowbit validated.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&listModels, "list-models", false, "list the built-in model registry")
-	f.StringVar(&opts.Bits, "bits", "", "format of linear weights: 1, 2, 4, 8, ternary (also tq2), GGUF's block formats q5_0, q5_1, q2k, q3k, q4k, q5k, q6k (rows not whole blocks fall back, noted), or f16, bf16, f32 to keep floats (default 4; ternary for BitNet); or bits per weight such as 3.5 for a mix of formats chosen by calibration")
+	f.StringVar(&opts.Bits, "bits", "", "format of linear weights: 1, 2, 4, 8, ternary (also tq2), GGUF's block formats q5_0, q5_1, q2k, q3k, q4k, q5k, q6k (rows not whole blocks fall back, noted), lowbit's super-block formats q2s, q3s, q4s (2.5, 3.5, 4.5 bits, rows of any length), or f16, bf16, f32 to keep floats (default 4; ternary for BitNet); or bits per weight such as 3.5 for a mix of formats chosen by calibration")
 	f.IntVar(&opts.GroupSize, "group-size", 0, "weights per scale group (default: the format's, 32; block formats have none)")
 	f.IntVar(&opts.TableGroupSize, "table-group-size", 0, "weights per scale group of the embeddings and head (default 128 at 8 bits, else --group-size)")
 	f.StringVar(&opts.EmbeddingBits, "embedding-bits", "8", "format of token embeddings: 8, 4, ... or f16, bf16, f32 to keep floats")

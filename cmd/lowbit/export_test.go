@@ -72,6 +72,7 @@ func TestGGUFCommands(t *testing.T) {
 		want string
 	}{
 		{[]string{"convert", "demo", "--bits", "2", "--format", "gguf", "--out", filepath.Join(dir, "x.gguf")}, "no GGUF type holds q2 exactly"},
+		{[]string{"convert", "demo", "--bits", "q3s", "--format", "gguf", "--out", filepath.Join(dir, "x.gguf")}, "no GGUF type holds q3s exactly (the closest is Q4_1"},
 		{[]string{"convert", "demo", "--bits", "4", "--group-size", "64", "--format", "gguf", "--out", filepath.Join(dir, "x.gguf")}, "holds groups of 32"},
 		{[]string{"convert", "demo", "--bits", "4", "--format", "gguf", "--out", file}, "already exists"},
 		{[]string{"export", "demo-q8", "--format", "safetensors"}, `want gguf`},

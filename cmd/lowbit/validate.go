@@ -31,6 +31,7 @@ func newValidateCmd() *cobra.Command {
 		calibFile string
 		calibToks int
 		targets   []float64
+		only      []string
 		window    int
 		workers   int
 		device    string
@@ -76,7 +77,7 @@ when a check fails.`,
 					return fmt.Errorf("--sweep takes one float model (an HF directory) and no --kernels")
 				}
 				return runSweep(cmd, args[0], sweepFlags{texts: texts, sample: sample, seed: seed, calibFile: calibFile,
-					calibTokens: calibToks, targets: targets, window: window, maxTokens: maxTokens, workers: workers, asJSON: asJSON, quiet: quiet})
+					calibTokens: calibToks, targets: targets, only: only, window: window, maxTokens: maxTokens, workers: workers, asJSON: asJSON, quiet: quiet})
 			}
 			if len(texts) > 1 {
 				return fmt.Errorf("--text: one evaluation text validates a model (several are for --sweep)")
@@ -200,6 +201,7 @@ when a check fails.`,
 	f.StringVar(&calibFile, "calib", "", "with --sweep: calibration text file (default: the built-in one)")
 	f.IntVar(&calibToks, "calib-tokens", 0, "with --sweep: most tokens of the calibration text (default: 128 to 4096 by model size)")
 	f.Float64SliceVar(&targets, "targets", validate.DefaultSweepTargets, "with --sweep: mixed-precision targets, bits per linear weight")
+	f.StringSliceVar(&only, "only", nil, "with --sweep: only these variants (q4,q3s+gptq,mix2.7; default: all)")
 	f.IntVar(&window, "window", 256, "with --sweep: tokens per forward pass")
 	f.IntVar(&workers, "workers", 0, "with --sweep: goroutines (default: all cores)")
 	f.StringVar(&device, "device", "auto", "cpu, cuda or auto")
@@ -239,6 +241,7 @@ type sweepFlags struct {
 	seed                                   int64
 	calibFile                              string
 	targets                                []float64
+	only                                   []string
 	asJSON, quiet                          bool
 }
 
@@ -250,7 +253,7 @@ func runSweep(cmd *cobra.Command, name string, f sweepFlags) error {
 		return err
 	}
 	o := validate.SweepDirOptions{Texts: f.texts, SampleTokens: f.sample, SampleSeed: 1, CalibTokens: f.calibTokens,
-		Targets: f.targets, Window: f.window, MaxTokens: f.maxTokens, Workers: f.workers}
+		Targets: f.targets, Only: f.only, Window: f.window, MaxTokens: f.maxTokens, Workers: f.workers}
 	if f.seed >= 0 {
 		o.SampleSeed = uint64(f.seed)
 	}
