@@ -48,12 +48,26 @@ func (m *Matrix) groups() int {
 	return (m.Cols + m.GroupSize - 1) / m.GroupSize
 }
 
+// HasKernels says whether the GPU runs weights of format f: floats,
+// lowbit's group formats and GGUF's block formats; not yet lowbit's
+// super-block formats (q2s, q3s, q4s), which run on the CPU.
+func HasKernels(f quantize.Format) bool {
+	switch f {
+	case quantize.F32, quantize.F16, quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1, quantize.TQ2:
+		return true
+	}
+	return f.Spec().BlockScales
+}
+
 // Upload copies a quantized tensor to the device: its packed codes, and
 // its scales and minimums where it has them apart (a block format's are
 // in its blocks, copied as they are).
 func (d *Device) Upload(t *quantize.Tensor) (*Matrix, error) {
 	if err := t.Validate(); err != nil {
 		return nil, fmt.Errorf("gpu: upload: %w", err)
+	}
+	if !HasKernels(t.Format) {
+		return nil, fmt.Errorf("gpu: %s [%d, %d]: no CUDA kernels for %s weights yet (run the model with --device cpu)", t.Format, t.Rows, t.Cols, t.Format)
 	}
 	m := &Matrix{Format: t.Format, Rows: t.Rows, Cols: t.Cols, GroupSize: t.GroupSize,
 		rowBytes: t.RowBytes(), scale: t.Scale}

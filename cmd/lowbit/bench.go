@@ -128,7 +128,7 @@ func runBench(cmd *cobra.Command, args []string, f benchFlags) error {
 		if err != nil {
 			return err
 		}
-		be, release, err := devices.open()
+		be, release, err := devices.openFor(m)
 		if err != nil {
 			return err
 		}
