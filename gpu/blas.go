@@ -36,7 +36,7 @@ const blasPanelBytes = 64 << 20
 func (d *Device) blasFor(m *Matrix, n int) *cuda.BLAS {
 	switch {
 	case m.Format == quantize.F16, m.Format == quantize.Q8, m.Format == quantize.Q4, m.Format == quantize.Q2,
-		m.Format == quantize.Q1, m.Format.Spec().BlockScales:
+		m.Format == quantize.Q1, blockKernels(m.Format):
 		return d.blasLoaded(n)
 	}
 	return nil

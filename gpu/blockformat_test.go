@@ -154,7 +154,7 @@ func TestBlockKernelsBuilt(t *testing.T) {
 				entries[m[1]] = true
 			}
 		}
-		for _, f := range blockFormats {
+		for _, f := range append(blockFormats, superBlockFormats...) {
 			want := []string{"matvec_batch_" + string(f), "matmul_" + string(f), "dequant_f16_" + string(f)}
 			for _, nt := range []int{32, 64, 128} {
 				want = append(want, fmt.Sprintf("matvec_%s_%d", f, nt))
@@ -385,6 +385,11 @@ func TestBackendBlockFormats(t *testing.T) {
 		{"q5_1", quantize.Q5_1, false, false, true},
 		{"q2k", quantize.Q2K, false, false, true},
 		{"q3k", quantize.Q3K, false, false, true},
+		{"q2s", quantize.Q2S, false, false, true},
+		{"q3s", quantize.Q3S, false, false, true},
+		{"q4s", quantize.Q4S, false, false, true},
+		{"q4s-long-cublas", quantize.Q4S, false, true, true}, // 5e-3 below
+		{"q4s-long-tiled", quantize.Q4S, false, true, false},
 		{"q4k-mix", quantize.Q4K, true, false, true},
 		{"q4k-mix-long-cublas", quantize.Q4K, true, true, true}, // 5e-3 below
 		{"q4k-mix-long-tiled", quantize.Q4K, true, true, false},
@@ -418,9 +423,10 @@ func TestBackendBlockFormats(t *testing.T) {
 			}
 			gs, be := newGPUSession(t, d, m, 128, batch)
 			// Every layer's q/k/v and gate/up joined: the mix's first
-			// layer's q and k apart from its v.
-			if len(be.joined) != 2*spec.Layers {
-				t.Errorf("%d joined matrices, want %d", len(be.joined), 2*spec.Layers)
+			// layer's q and k apart from its v. (A super-block format's
+			// parts, each with its own table of scales, stay apart.)
+			if want := 2 * spec.Layers; len(be.joined) != want && !tc.f.SuperBlock() || tc.f.SuperBlock() && len(be.joined) != 0 {
+				t.Errorf("%d joined matrices", len(be.joined))
 			}
 			limit := 1e-3
 			if tc.long && tc.blasOn {
@@ -429,5 +435,67 @@ func TestBackendBlockFormats(t *testing.T) {
 			worst := matchCPU(t, m, cpu, gs, p, 12, limit)
 			t.Logf("%s: worst decode relative L2 %.2g", tc.name, worst)
 		})
+	}
+}
+
+// superBlockFormats are lowbit's super-block formats (quantize/sblock.go),
+// which the GPU runs on the block formats' kernels with a table of scales.
+var superBlockFormats = []quantize.Format{quantize.Q2S, quantize.Q3S, quantize.Q4S}
+
+// TestSuperBlockProducts checks the products of lowbit's super-block
+// formats against float64 over quantize's own decoding (DotRef, and the
+// dequantized weights): decode on the plain kernel, 2 to batchMaxTokens
+// tokens on the batch kernel, more on the tiled kernel and through
+// cuBLAS's fp16 panels; rows of whole blocks and a padded one (172).
+func TestSuperBlockProducts(t *testing.T) {
+	d := openOrSkip(t)
+	r := rand.New(rand.NewPCG(51, 52))
+	for _, sh := range []struct{ rows, cols int }{{96, 512}, {7, 768}, {33, 5632}, {6, 172}} {
+		for _, f := range superBlockFormats {
+			w := studentT(r, sh.rows*sh.cols)
+			qt, err := quantize.Quantize(context.Background(), f, w, sh.rows, sh.cols, quantize.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := d.Upload(qt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			deq := qt.Dequantize()
+			t.Run(fmt.Sprintf("%s/%dx%d", f, sh.rows, sh.cols), func(t *testing.T) {
+				x := gaussian(r, sh.cols)
+				xf := f64(x)
+				ref := make([]float64, sh.rows)
+				for i := range ref {
+					ref[i] = qt.DotRef(i, xf)
+				}
+				y, err := d.MatVecAct(m, x, ActFloat)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e := relL2(ref, y); e > 1e-5 {
+					t.Errorf("decode: relative L2 %.3g", e)
+				}
+				for _, n := range []int{2, 9, batchMaxTokens, 40, 70} {
+					for _, blas := range []bool{false, true} {
+						d.do(func() error { d.blasOff = !blas; return nil })
+						xn := gaussian(r, n*sh.cols)
+						yn, err := d.MatMulMatrix(m, xn, n)
+						d.do(func() error { d.blasOff = false; return nil })
+						if err != nil {
+							t.Fatalf("%d tokens: %v", n, err)
+						}
+						tol := 2e-5
+						if blas && n >= blasMinTokens {
+							tol = 2e-3 // fp16 panels and inputs
+						}
+						if e := relL2(productRef(deq, xn, sh.rows, sh.cols, n), yn); e > tol {
+							t.Errorf("%d tokens, cuBLAS %v: relative L2 %.3g", n, blas, e)
+						}
+					}
+				}
+			})
+			d.FreeMatrix(m)
+		}
 	}
 }

@@ -386,8 +386,9 @@ func (b *Backend) join(parts []model.Mat) {
 			return
 		}
 	}
+	// (A super-block format's parts each have their own table of scales.)
 	like := func(m, f *Matrix) bool {
-		return m.Format == f.Format && m.Cols == f.Cols && m.GroupSize == f.GroupSize && m.rowBytes == f.rowBytes &&
+		return !f.Format.SuperBlock() && m.Format == f.Format && m.Cols == f.Cols && m.GroupSize == f.GroupSize && m.rowBytes == f.rowBytes &&
 			(m.scales.Ptr() == 0) == (f.scales.Ptr() == 0) && (m.mins.Ptr() == 0) == (f.mins.Ptr() == 0)
 	}
 	for i := 0; i < len(ps); {

@@ -40,8 +40,12 @@ func (m *Matrix) blocks() int { return (m.Cols + 31) / 32 }
 // formats without groups, which ignore it).
 func (m *Matrix) groupBlocks() int { return max(m.GroupSize/32, 1) }
 
-// groups is the number of scale groups per row.
+// groups is the number of scale groups per row (0 for a super-block
+// format, whose one table of scales every row reads).
 func (m *Matrix) groups() int {
+	if m.Format.SuperBlock() {
+		return 0
+	}
 	if m.GroupSize <= 0 {
 		return 1
 	}
@@ -49,14 +53,23 @@ func (m *Matrix) groups() int {
 }
 
 // HasKernels says whether the GPU runs weights of format f: floats,
-// lowbit's group formats and GGUF's block formats; not yet lowbit's
-// super-block formats (q2s, q3s, q4s), which run on the CPU.
+// lowbit's group formats, GGUF's block formats and lowbit's super-block
+// formats (blockKernels).
 func HasKernels(f quantize.Format) bool {
 	switch f {
 	case quantize.F32, quantize.F16, quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1, quantize.TQ2:
 		return true
 	}
-	return f.Spec().BlockScales
+	return blockKernels(f)
+}
+
+// blockKernels says whether f runs on the block formats' kernels, which
+// decode a row 32-weight unit by unit from its blocks (unit_load and sval
+// in the kernels): GGUF's block formats, scales inside their blocks, and
+// lowbit's super-block formats, whose sub-block scales come from a table
+// of 16 floats uploaded as the matrix's scales.
+func blockKernels(f quantize.Format) bool {
+	return f.Spec().BlockScales || f.SuperBlock()
 }
 
 // Upload copies a quantized tensor to the device: its packed codes, and
@@ -84,6 +97,14 @@ func (d *Device) uploadTensor(m *Matrix, t *quantize.Tensor) error {
 		return fmt.Errorf("gpu: %s [%d, %d] codes: %w", t.Format, t.Rows, t.Cols, err)
 	}
 	m.packed = int64(len(t.Data))
+	if t.Format.SuperBlock() {
+		tbl := quantize.SuperBlockScales(t.Scale)
+		if m.scales, err = d.uploadNew(bytesOf(tbl[:]), 0, MemWeights); err != nil {
+			d.freeMatrix(m)
+			return fmt.Errorf("gpu: %s [%d, %d] scale table: %w", t.Format, t.Rows, t.Cols, err)
+		}
+		m.scaleSz += int64(4 * len(tbl))
+	}
 	if len(t.Scales) > 0 {
 		if m.scales, err = d.uploadNew(bytesOf(t.Scales), 0, MemWeights); err != nil {
 			d.freeMatrix(m)
@@ -157,7 +178,7 @@ func (d *Device) freeMatrix(m *Matrix) {
 // joined tq2 matrix (none for a whole one, which has its tensor scale),
 // the fp16 group scales of the other formats.
 func (m *Matrix) scalesArg() uint64 {
-	if m.Format.Spec().TensorScale {
+	if m.Format.Spec().TensorScale && !m.Format.SuperBlock() {
 		return argBuf(m.rowScale)
 	}
 	return argBuf(m.scales)
@@ -502,7 +523,7 @@ func (d *Device) canFuse(m *Matrix, o matvecOpts) bool {
 // q4k and q6k (sharedBlockFormat) has the plain kernel only (matvec_blk in
 // matvec.cu), so its products fuse nothing (device thread).
 func (d *Device) kernelFor(m *Matrix, o matvecOpts) matvecKernel {
-	if m.Format.Spec().BlockScales && !sharedBlockFormat(m.Format) {
+	if blockKernels(m.Format) && !sharedBlockFormat(m.Format) {
 		return matvecPlain
 	}
 	k := d.matvecMode
@@ -715,7 +736,7 @@ func batchKernel(m *Matrix, n int) (string, bool) {
 	}
 	switch {
 	case m.Format == quantize.Q8, m.Format == quantize.Q4, m.Format == quantize.Q2, m.Format == quantize.Q1,
-		m.Format.Spec().BlockScales:
+		blockKernels(m.Format):
 		return "matvec_batch_" + string(m.Format), true
 	}
 	return "", false

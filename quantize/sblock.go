@@ -355,3 +355,19 @@ func (l *sblockLayout) tensorScale(w []float32, cols int) float32 {
 	}
 	return best
 }
+
+// SuperBlock says whether f is one of lowbit's super-block formats (q2s,
+// q3s, q4s): a tensor scale and sub-block scale codes, whose decoders
+// take their scales from SuperBlockScales.
+func (f Format) SuperBlock() bool { return f.spec().sblock != nil }
+
+// SuperBlockScales is the sub-block scale each scale code k gives at
+// tensor scale ts, the float32 product every decoder uses (params), for a
+// decoder that reads it from a table.
+func SuperBlockScales(ts float32) [16]float32 {
+	var t [16]float32
+	for k := range t {
+		t[k] = float32(ts * sblockScales[k])
+	}
+	return t
+}

@@ -159,3 +159,24 @@ func TestSblockZeros(t *testing.T) {
 		}
 	}
 }
+
+// TestSuperBlockScales: the exported table is the scale params decodes.
+func TestSuperBlockScales(t *testing.T) {
+	for _, f := range []Format{Q2S, Q3S, Q4S} {
+		if !f.SuperBlock() {
+			t.Errorf("%s: not a super-block format", f)
+		}
+		tbl := SuperBlockScales(0.37)
+		for k := range 16 {
+			ds, _ := f.spec().sblock.params(byte(k|5<<4), 0.37)
+			if tbl[k] != ds {
+				t.Errorf("%s: code %d: table %v, params %v", f, k, tbl[k], ds)
+			}
+		}
+	}
+	for _, f := range []Format{Q4, Q8, Q4K, TQ2} {
+		if f.SuperBlock() {
+			t.Errorf("%s: a super-block format", f)
+		}
+	}
+}

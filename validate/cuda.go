@@ -26,9 +26,6 @@ func (c *CUDA) Close() error { return c.D.Close() }
 // Name implements Backend.
 func (c *CUDA) Name() string { return "cuda" }
 
-// Supports implements FormatLimited: the formats gpu.HasKernels names.
-func (c *CUDA) Supports(f quantize.Format) bool { return gpu.HasKernels(f) }
-
 // MatVec implements Backend.
 func (c *CUDA) MatVec(t *quantize.Tensor, x []float32, act Act) ([]float32, error) {
 	var a gpu.Activations

@@ -34,13 +34,6 @@ type Backend interface {
 	MatMul(t *quantize.Tensor, x []float32, n int) ([]float32, error)
 }
 
-// FormatLimited is a Backend that runs some formats only (the GPU has no
-// kernels yet for lowbit's super-block formats): RunKernels checks it on
-// those it Supports.
-type FormatLimited interface {
-	Supports(f quantize.Format) bool
-}
-
 // Case is one product under test.
 type Case struct {
 	Format quantize.Format
@@ -190,9 +183,6 @@ func RunKernels(ctx context.Context, opts KernelOptions) (*KernelReport, error) 
 				}
 				if f, _ := c.Format.FallbackFor(in.cols); f != c.Format {
 					continue // rows that are not whole blocks of a block format
-				}
-				if l, ok := b.(FormatLimited); ok && !l.Supports(c.Format) {
-					continue
 				}
 				x := gaussian(rng, c.N*in.cols)
 				if in.name == "heavy-tailed" {

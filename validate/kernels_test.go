@@ -143,26 +143,3 @@ func TestChecksCanFail(t *testing.T) {
 		}
 	}
 }
-
-// limited is the CPU backend claiming q8 alone, as the GPU claims only
-// the formats it has kernels for.
-type limited struct{ CPU }
-
-func (limited) Supports(f quantize.Format) bool { return f == quantize.Q8 }
-
-// TestKernelsFormatLimited: a backend that runs some formats only is
-// checked on those alone.
-func TestKernelsFormatLimited(t *testing.T) {
-	rep, err := RunKernels(context.Background(), KernelOptions{Seed: 7, Backends: []Backend{limited{CPU{Workers: 2}}}, Shapes: []Shape{{Rows: 8, Cols: 256}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rep.Results) == 0 {
-		t.Fatal("no results")
-	}
-	for _, r := range rep.Results {
-		if r.Format != quantize.Q8 {
-			t.Errorf("checked %s on a backend of q8 alone", r.Format)
-		}
-	}
-}

@@ -128,7 +128,7 @@ func runBench(cmd *cobra.Command, args []string, f benchFlags) error {
 		if err != nil {
 			return err
 		}
-		be, release, err := devices.openFor(m)
+		be, release, err := devices.open()
 		if err != nil {
 			return err
 		}

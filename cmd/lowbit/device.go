@@ -38,35 +38,11 @@ func newBackends(device string, msg io.Writer, quiet bool) (*backends, error) {
 }
 
 // openBackend is newBackends and open in one, for a command that runs on
-// one backend (openFor m, where m is set).
-func openBackend(device string, msg io.Writer, quiet bool, m *model.Model) (model.Backend, func(), error) {
+// one backend.
+func openBackend(device string, msg io.Writer, quiet bool) (model.Backend, func(), error) {
 	b, err := newBackends(device, msg, quiet)
 	if err != nil {
 		return nil, nil, err
-	}
-	if m != nil {
-		return b.openFor(m)
-	}
-	return b.open()
-}
-
-// openFor is open for model m: where the GPU has no kernels for one of
-// m's weight formats, --device cuda is an error and auto the CPU, told
-// once as open tells a missing GPU.
-func (b *backends) openFor(m *model.Model) (model.Backend, func(), error) {
-	if b.device != "cpu" {
-		for _, w := range m.Weights {
-			if f := w.Format(); w.Q != nil && !gpu.HasKernels(f) {
-				if b.device == "cuda" {
-					return nil, nil, fmt.Errorf("--device cuda: the GPU has no kernels for %s weights yet (use --device cpu)", f)
-				}
-				if !b.told && b.msg != nil {
-					fmt.Fprintf(b.msg, "lowbit: the GPU has no kernels for %s weights yet; running on the CPU (--device cpu or -q: no notice)\n", f)
-				}
-				b.told = true
-				return nil, func() {}, nil
-			}
-		}
 	}
 	return b.open()
 }

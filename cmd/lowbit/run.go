@@ -185,7 +185,7 @@ func runModel(cmd *cobra.Command, args []string, f runFlags, in runInput) error 
 	if f.ctxLen > m.Config.MaxPositions {
 		return fmt.Errorf("--ctx %d: the model reads at most %d positions (its max_position_embeddings)", f.ctxLen, m.Config.MaxPositions)
 	}
-	backend, release, err := openBackend(f.device, cmd.ErrOrStderr(), f.quiet || f.asJSON, m)
+	backend, release, err := openBackend(f.device, cmd.ErrOrStderr(), f.quiet || f.asJSON)
 	if err != nil {
 		return err
 	}

@@ -392,25 +392,3 @@ func TestRunGGUF(t *testing.T) {
 		t.Errorf("validate of a GGUF naming no source: %v", err)
 	}
 }
-
-// TestRunCPUOnlyFormat: a model in a format the GPU has no kernels for
-// (q3s) is refused by --device cuda, naming the format, before any GPU is
-// opened, and runs on the CPU under --device auto with a notice saying why.
-func TestRunCPUOnlyFormat(t *testing.T) {
-	src := testmodels.Path(t, "stories260K-hf")
-	out := filepath.Join(t.TempDir(), "q3s")
-	if _, stderr, err := runIn(t, "", "convert", src, "--bits", "q3s", "--out", out, "--no-validate", "--no-calib", "-q"); err != nil {
-		t.Fatalf("convert: %v\n%s", err, stderr)
-	}
-	_, _, err := runIn(t, "", "run", out, "Once upon a time", "-n", "4", "--device", "cuda")
-	if err == nil || !strings.Contains(err.Error(), "no kernels for q3s") {
-		t.Errorf("--device cuda: err %v, want the GPU's missing q3s kernels named", err)
-	}
-	stdout, stderr, err := runIn(t, "", "run", out, "Once upon a time", "-n", "4", "--device", "auto", "--temp", "0")
-	if err != nil {
-		t.Fatalf("--device auto: %v\n%s", err, stderr)
-	}
-	if !strings.Contains(stderr, "no kernels for q3s") || !strings.Contains(stderr, "running on the CPU") || stdout == "" {
-		t.Errorf("--device auto: stdout %q, stderr %q", stdout, stderr)
-	}
-}

@@ -144,7 +144,7 @@ func runServe(cmd *cobra.Command, args []string, f serveFlags) error {
 	stderr := cmd.ErrOrStderr()
 	// One backend for every model: their schedulers take turns at it, a
 	// step at a time.
-	backend, release, err := openBackend(f.device, stderr, f.quiet, nil)
+	backend, release, err := openBackend(f.device, stderr, f.quiet)
 	if err != nil {
 		return err
 	}

@@ -2,11 +2,13 @@
 // format. A first, simple tiled kernel: a 64x32 tile of W is dequantized
 // into shared memory beside a 32x64 tile of X, and 256 threads each compute
 // 4x4 outputs in fp32. (Tensor cores come later.) GGUF's block formats are
-// dequantized a weight at a time from their blocks (bval).
+// dequantized a weight at a time from their blocks (bval), lowbit's
+// super-block formats from theirs and their scale table (sval).
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-enum { F32 = 0, F16 = 1, Q8 = 2, Q4 = 3, Q2 = 4, Q1 = 5, TQ2 = 6, Q5_0 = 7, Q5_1 = 8, Q2K = 9, Q3K = 10, Q4K = 11, Q5K = 12, Q6K = 13 };
+enum { F32 = 0, F16 = 1, Q8 = 2, Q4 = 3, Q2 = 4, Q1 = 5, TQ2 = 6, Q5_0 = 7, Q5_1 = 8, Q2K = 9, Q3K = 10, Q4K = 11, Q5K = 12, Q6K = 13,
+       Q2S = 14, Q3S = 15, Q4S = 16 };
 
 #define BM 64
 #define BN 64
@@ -73,6 +75,28 @@ __device__ __forceinline__ float bval(const uint8_t* row, int c) {
     return f16at(b + 108) * (float)(s - 32) * (float)(q - 4);
 }
 
+// sval is weight c of a row of lowbit's super-block format FMT
+// (quantize/sblock.go): the 32-weight block's byte of c's half (scale
+// code k low, zero-point code z high) gives the scale tbl[k] (tbl: the
+// sub-block scale of each code) and the minimum -(scale * z*L/15), as
+// params computes them; the code is q4s's nibble as q4's, q2s's and q3s's
+// two low bits as q2's, q3s's high bit in a little-endian uint32.
+template <int FMT>
+__device__ __forceinline__ float sval(const uint8_t* row, const float* tbl, int c) {
+    constexpr int L = FMT == Q2S ? 3 : FMT == Q3S ? 7 : 15, BB = FMT == Q2S ? 10 : FMT == Q3S ? 14 : 18;
+    const uint8_t* b = row + (c >> 5) * BB;
+    const int j = c & 31, s = b[j >> 4];
+    int q;
+    if (FMT == Q4S) {
+        q = (b[2 + (j & 15)] >> (4 * (j >> 4))) & 15;
+    } else {
+        q = (b[2 + (j & 7)] >> (2 * (j >> 3))) & 3;
+        if (FMT == Q3S) q |= ((b[10 + (j >> 3)] >> (j & 7)) & 1) << 2;
+    }
+    const float d = tbl[s & 15], m = -(d * ((float)((s >> 4) * L) / 15.f));
+    return d * (float)q + m;
+}
+
 // Weight c of a packed row, dequantized (the layout's definition).
 template <int FMT>
 __device__ __forceinline__ float wval(const uint8_t* row, const __half* sc, const __half* mn, float ts, int c,
@@ -87,6 +111,7 @@ __device__ __forceinline__ float wval(const uint8_t* row, const __half* sc, cons
     }
     if (FMT == Q2) return __half2float(sc[g]) * (float)code2(row, c) + __half2float(mn[g]);
     if (FMT == TQ2) return ts * (float)(code2(row, c) - 1);
+    if (FMT >= Q2S) return sval<FMT>(row, reinterpret_cast<const float*>(sc), c);
     if (FMT >= Q5_0) return bval<FMT>(row, c);
     // Q1
     const float d = __half2float(sc[g]);
@@ -161,6 +186,9 @@ MATMUL(matmul_q3k, Q3K)
 MATMUL(matmul_q4k, Q4K)
 MATMUL(matmul_q5k, Q5K)
 MATMUL(matmul_q6k, Q6K)
+MATMUL(matmul_q2s, Q2S)
+MATMUL(matmul_q3s, Q3S)
+MATMUL(matmul_q4s, Q4S)
 
 // Prefill through cuBLAS: a panel of weight rows is dequantized to fp16
 // (row-major [rows, cols]) and the activations converted to fp16, then a
@@ -205,6 +233,9 @@ DEQUANT(dequant_f16_q3k, Q3K)
 DEQUANT(dequant_f16_q4k, Q4K)
 DEQUANT(dequant_f16_q5k, Q5K)
 DEQUANT(dequant_f16_q6k, Q6K)
+DEQUANT(dequant_f16_q2s, Q2S)
+DEQUANT(dequant_f16_q3s, Q3S)
+DEQUANT(dequant_f16_q4s, Q4S)
 
 // f32_to_f16 converts x[0..n) to fp16 (round to nearest even).
 extern "C" __global__ void f32_to_f16(const float* __restrict__ x, __half* __restrict__ y, size_t n) {

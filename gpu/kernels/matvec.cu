@@ -20,7 +20,8 @@
 
 #define ROWS 4
 
-enum { F32 = 0, F16 = 1, Q8 = 2, Q4 = 3, Q2 = 4, Q1 = 5, TQ2 = 6, Q5_0 = 7, Q5_1 = 8, Q2K = 9, Q3K = 10, Q4K = 11, Q5K = 12, Q6K = 13 };
+enum { F32 = 0, F16 = 1, Q8 = 2, Q4 = 3, Q2 = 4, Q1 = 5, TQ2 = 6, Q5_0 = 7, Q5_1 = 8, Q2K = 9, Q3K = 10, Q4K = 11, Q5K = 12, Q6K = 13,
+       Q2S = 14, Q3S = 15, Q4S = 16 };
 
 // byte i of u (0..255) as a float plus 2^23.
 __device__ __forceinline__ float ub(uint32_t u, int i) {
@@ -344,17 +345,20 @@ MATVEC_BATCH(q1, Q1)
 
 // Weights and bytes of a block format's block.
 template <int FMT>
-__device__ constexpr int blk_weights() { return FMT == Q5_0 || FMT == Q5_1 ? 32 : 256; }
+__device__ constexpr bool blk_super() { return FMT == Q2S || FMT == Q3S || FMT == Q4S; }
+template <int FMT>
+__device__ constexpr int blk_weights() { return FMT == Q5_0 || FMT == Q5_1 || blk_super<FMT>() ? 32 : 256; }
 template <int FMT>
 __device__ constexpr int blk_bytes() {
-    return FMT == Q5_0 ? 22 : FMT == Q5_1 ? 24 : FMT == Q2K ? 84 : FMT == Q3K ? 110 : FMT == Q4K ? 144 : FMT == Q5K ? 176 : 210;
+    return FMT == Q5_0 ? 22 : FMT == Q5_1 ? 24 : FMT == Q2K ? 84 : FMT == Q3K ? 110 : FMT == Q4K ? 144 : FMT == Q5K ? 176
+         : FMT == Q2S ? 10 : FMT == Q3S ? 14 : FMT == Q4S ? 18 : 210;
 }
 // blk_off is the offset the format's codes are stored with (w = d*(q - off)).
 template <int FMT>
 __device__ constexpr int blk_off() { return FMT == Q5_0 ? 16 : FMT == Q3K ? 4 : FMT == Q6K ? 32 : 0; }
 // blk_mins says the format's weights have minimums (w = d*q + m).
 template <int FMT>
-__device__ constexpr bool blk_mins() { return FMT == Q5_1 || FMT == Q2K || FMT == Q4K || FMT == Q5K; }
+__device__ constexpr bool blk_mins() { return FMT == Q5_1 || FMT == Q2K || FMT == Q4K || FMT == Q5K || blk_super<FMT>(); }
 
 // ldw reads the little-endian 32-bit word at p, inside a block of format
 // FMT (weights: the read-only path). Blocks of a whole number of words
@@ -405,6 +409,12 @@ __device__ __forceinline__ uint32_t bits5(uint32_t v) {
     return (v & 1u) << 4 | (v & 2u) << 11 | (v & 4u) << 18 | (v & 8u) << 25;
 }
 
+// bits3 moves bits 0-3 of v to bit 2 of bytes 0-3: the third bits of four
+// q3s weights, placed over their two low bits.
+__device__ __forceinline__ uint32_t bits3(uint32_t v) {
+    return (v & 1u) << 2 | (v & 2u) << 9 | (v & 4u) << 16 | (v & 8u) << 23;
+}
+
 // unit32 is a decoded 32-weight unit: weight l's code (with the format's
 // offset) in byte l % 4 of q[l / 4], and weight l = d[l / 16] * (code -
 // blk_off) + m[l / 16].
@@ -413,9 +423,10 @@ struct unit32 {
     float d[2], m[2];
 };
 
-// unit_load decodes unit b of the row at row (format FMT).
+// unit_load decodes unit b of the row at row (format FMT; tbl: a
+// super-block format's sub-block scale of each scale code).
 template <int FMT>
-__device__ __forceinline__ void unit_load(const uint8_t* row, int b, unit32& w) {
+__device__ __forceinline__ void unit_load(const uint8_t* row, int b, unit32& w, const float* tbl) {
     constexpr int UPB = blk_weights<FMT>() / 32;
     const uint8_t* p = row + (size_t)(b / UPB) * blk_bytes<FMT>();
     const int u = b % UPB;
@@ -434,6 +445,36 @@ __device__ __forceinline__ void unit_load(const uint8_t* row, int b, unit32& w) 
         }
         w.d[0] = w.d[1] = h16(p);
         if (FMT == Q5_1) w.m[0] = w.m[1] = h16(p + 2);
+    } else if (blk_super<FMT>()) {
+        // lowbit's super-block formats (quantize/sblock.go, params): the
+        // halves' bytes (scale code k low, zero-point code z high), then
+        // the codes: q4s's as q4's, q2s's and q3s's low bits as q2's
+        // (byte j: weights j, j+8, j+16, j+24), q3s's high bits a
+        // little-endian uint32 (bit l weight l's).
+        const uint32_t sb = ldw<FMT>(p);
+        if (FMT == Q4S) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const uint32_t v = ldw<FMT>(p + 2 + 4 * k);
+                w.q[k] = v & 0x0F0F0F0Fu;
+                w.q[k + 4] = v >> 4 & 0x0F0F0F0Fu;
+            }
+        } else {
+            const uint32_t lo[2] = {ldw<FMT>(p + 2), ldw<FMT>(p + 6)};
+            const uint32_t hi = FMT == Q3S ? ldw<FMT>(p + 10) : 0u;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                w.q[i] = lo[i & 1] >> (2 * (i >> 1)) & 0x03030303u;
+                if (FMT == Q3S) w.q[i] |= bits3(hi >> (4 * i));
+            }
+        }
+        constexpr int L = FMT == Q2S ? 3 : FMT == Q3S ? 7 : 15;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int s = sb >> (8 * h) & 255;
+            w.d[h] = tbl[s & 15];
+            w.m[h] = -(w.d[h] * ((float)((s >> 4) * L) / 15.f));
+        }
     } else if (FMT == Q4K || FMT == Q5K) {
         // dequantizeQ4K, dequantizeQ5K: sub-block u's low bits are the low
         // (u even) or high nibbles of qs[32(u/2)..+32] (qs at 16, q5k's at
@@ -531,8 +572,8 @@ __device__ __forceinline__ void load_x32(const float* x, float (&xv)[32]) {
 // striding over the units. It fuses nothing (Go's canFuse says so), so
 // the norm before it, a gated activation and a residual add run apart.
 template <int FMT, int NT>
-__device__ void matvec_blk(const uint8_t* __restrict__ W, const float* x, float* __restrict__ y, int rows, int nb,
-                           int row_bytes) {
+__device__ void matvec_blk(const uint8_t* __restrict__ W, const float* __restrict__ tbl, const float* x,
+                           float* __restrict__ y, int rows, int nb, int row_bytes) {
     __shared__ float red[NT / 32][ROWS];
     pdl_launch_dependents();
     pdl_wait();
@@ -546,7 +587,7 @@ __device__ void matvec_blk(const uint8_t* __restrict__ W, const float* x, float*
 #pragma unroll
         for (int r = 0; r < ROWS; r++) {
             unit32 w;
-            unit_load<FMT>(W + (size_t)min(row0 + r, rows - 1) * row_bytes, b, w);
+            unit_load<FMT>(W + (size_t)min(row0 + r, rows - 1) * row_bytes, b, w, tbl);
             acc[r] += unit_dot<FMT>(w, xv);
         }
     }
@@ -560,8 +601,8 @@ __device__ void matvec_blk(const uint8_t* __restrict__ W, const float* x, float*
 // matvec_batch_blk is matvec_batch for a block format: each unit of the
 // block's ROWS rows decoded once for NV vectors.
 template <int FMT, int NT, int NV>
-__device__ void matvec_batch_blk(const uint8_t* __restrict__ W, const float* X, float* __restrict__ Y, int rows,
-                                 int nb, int row_bytes, int n) {
+__device__ void matvec_batch_blk(const uint8_t* __restrict__ W, const float* __restrict__ tbl, const float* X,
+                                 float* __restrict__ Y, int rows, int nb, int row_bytes, int n) {
     __shared__ float red[NT / 32][NV * ROWS];
     pdl_launch_dependents();
     pdl_wait();
@@ -573,7 +614,7 @@ __device__ void matvec_batch_blk(const uint8_t* __restrict__ W, const float* X, 
     for (int b = threadIdx.x; b < nb; b += NT) {
         unit32 w[ROWS];
 #pragma unroll
-        for (int r = 0; r < ROWS; r++) unit_load<FMT>(W + (size_t)min(row0 + r, rows - 1) * row_bytes, b, w[r]);
+        for (int r = 0; r < ROWS; r++) unit_load<FMT>(W + (size_t)min(row0 + r, rows - 1) * row_bytes, b, w[r], tbl);
 #pragma unroll
         for (int v = 0; v < NV; v++) {
             if (v >= nv) break;
@@ -586,15 +627,17 @@ __device__ void matvec_batch_blk(const uint8_t* __restrict__ W, const float* X, 
     batch_store<NT, NV>(acc, red, Y, rows, row0, v0, nv);
 }
 
-// A block format's kernels, with the arguments of the others (the scales,
-// minimums, tensor scale and groups are unused: the blocks hold them):
-// matvec_<fmt>_<32|64|128> and matvec_batch_<fmt>.
+// A block format's kernels, with the arguments of the others (the
+// minimums, tensor scale and groups are unused: the blocks hold them; the
+// scales are unused too but for a super-block format, whose are its 16
+// sub-block scales as floats): matvec_<fmt>_<32|64|128> and
+// matvec_batch_<fmt>.
 #define MATVEC_BLK1(name, FMT, NT)                                                                             \
     extern "C" __global__ void __launch_bounds__(NT) name(const uint8_t* W, const __half* scales,             \
                                                           const __half* mins, float tscale, const float* x,   \
                                                           float* y, int rows, int nb, int row_bytes, int gb, \
                                                           int ng) {                                          \
-        matvec_blk<FMT, NT>(W, x, y, rows, nb, row_bytes);                                                   \
+        matvec_blk<FMT, NT>(W, reinterpret_cast<const float*>(scales), x, y, rows, nb, row_bytes);           \
     }
 #define MATVEC_BLK(fmt, FMT)                                                                                    \
     MATVEC_BLK1(matvec_##fmt##_32, FMT, 32) MATVEC_BLK1(matvec_##fmt##_64, FMT, 64)                             \
@@ -602,7 +645,7 @@ __device__ void matvec_batch_blk(const uint8_t* __restrict__ W, const float* X, 
     extern "C" __global__ void __launch_bounds__(128) matvec_batch_##fmt(                                      \
         const uint8_t* W, const __half* scales, const __half* mins, const float* X, float* Y, int rows, int nb, \
         int row_bytes, int gb, int ng, int n) {                                                                \
-        matvec_batch_blk<FMT, 128, 8>(W, X, Y, rows, nb, row_bytes, n);                                        \
+        matvec_batch_blk<FMT, 128, 8>(W, reinterpret_cast<const float*>(scales), X, Y, rows, nb, row_bytes, n); \
     }
 MATVEC_BLK(q5_0, Q5_0)
 MATVEC_BLK(q5_1, Q5_1)
@@ -611,6 +654,9 @@ MATVEC_BLK(q3k, Q3K)
 MATVEC_BLK(q4k, Q4K)
 MATVEC_BLK(q5k, Q5K)
 MATVEC_BLK(q6k, Q6K)
+MATVEC_BLK(q2s, Q2S)
+MATVEC_BLK(q3s, Q3S)
+MATVEC_BLK(q4s, Q4S)
 
 // The shared-memory kernels (matvecs) take q4k and q6k, llama.cpp's
 // Q4_K_M, with the fusions of the other formats: a lane's chunk is one
