@@ -14,7 +14,7 @@ import (
 )
 
 func TestRandomTensor(t *testing.T) {
-	for _, f := range []quantize.Format{quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1, quantize.TQ2, quantize.Q5_0, quantize.Q4K, quantize.Q6K} {
+	for _, f := range []quantize.Format{quantize.Q8, quantize.Q4, quantize.Q2, quantize.Q1, quantize.TQ2, quantize.Q5_0, quantize.Q4K, quantize.Q6K, quantize.Q2S, quantize.Q4S} {
 		a, err := randomTensor(f, 5, 256, f.DefaultGroupSize(), 3)
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)

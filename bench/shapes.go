@@ -103,7 +103,7 @@ func RandomModel(ctx context.Context, shape string, f quantize.Format, seed uint
 		return nil, fmt.Errorf("bench: unknown shape %q (want %s)", shape, strings.Join(Shapes(), ", "))
 	}
 	if !f.Quantized() && f != quantize.F16 {
-		return nil, fmt.Errorf("bench: random models are f16 or quantized: want f16, q1, q2, q4, q8 or tq2, not %s", f)
+		return nil, fmt.Errorf("bench: random models are f16 or quantized: want f16 or a quantized format, not %s", f)
 	}
 	names := cfg.ExpectedTensors()
 	weights := make([]*model.Weight, len(names))
@@ -205,6 +205,12 @@ func randomTensor(f quantize.Format, rows, cols, gs int, seed uint64) (*quantize
 	}
 	for i := len(t.Data) &^ 7; i < len(t.Data); i++ {
 		t.Data[i] = byte(r.Uint32())
+	}
+	if spec.TensorScale {
+		// A super-block format: random sub-block bytes under a tensor
+		// scale of about 1/(levels * sqrt(cols)), as below.
+		t.Scale = float32(1 / (float64(spec.MaxCode) * math.Sqrt(float64(cols))))
+		return t, t.Validate()
 	}
 	// Scales of about 1/(levels * sqrt(cols)): each product's output stays
 	// near the size of its input. levels is the largest code, or for an
