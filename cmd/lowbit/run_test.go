@@ -392,3 +392,30 @@ func TestRunGGUF(t *testing.T) {
 		t.Errorf("validate of a GGUF naming no source: %v", err)
 	}
 }
+
+// TestRunSuperBlockFormats converts stories260K to each of lowbit's
+// super-block formats and runs it from the written directory: the tensor
+// scale and sub-block bytes survive the file, and greedy decoding writes
+// text the model's vocabulary holds.
+func TestRunSuperBlockFormats(t *testing.T) {
+	src := testmodels.Path(t, "stories260K-hf")
+	for _, bits := range []string{"q2s", "q3s", "q4s"} {
+		t.Run(bits, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), bits)
+			if _, stderr, err := runIn(t, "", "convert", src, "--bits", bits, "--out", out, "--no-validate", "--no-calib", "-q"); err != nil {
+				t.Fatalf("convert: %v\n%s", err, stderr)
+			}
+			stdout, stderr, err := runIn(t, "", "run", out, "Once upon a time", "-n", "16", "--device", "cpu", "--temp", "0", "--json")
+			if err != nil {
+				t.Fatalf("run: %v\n%s", err, stderr)
+			}
+			var res runJSON
+			if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+				t.Fatalf("--json output %q: %v", stdout, err)
+			}
+			if strings.TrimSpace(res.Text) == "" || res.Stats.GenTokens == 0 {
+				t.Errorf("%s: text %q, stats %+v", bits, res.Text, res.Stats)
+			}
+		})
+	}
+}
