@@ -157,6 +157,10 @@ func quantizeAsymRow(t *Tensor, r int, row []float32, opt *Options, codes []int3
 	dst := t.Data[r*rb : (r+1)*rb]
 	ng := t.Groups()
 	gBytes := t.GroupSize / block * s.BlockBytes
+	var lr *lowRank
+	if opt.residual != nil && search {
+		lr = newLowRank(t.GroupSize)
+	}
 	for g := 0; g < ng; g++ {
 		lo, hi := groupBounds(g, t.GroupSize, len(row))
 		w := row[lo:hi]
@@ -164,10 +168,18 @@ func quantizeAsymRow(t *Tensor, r int, row []float32, opt *Options, codes []int3
 		if opt.Importance != nil {
 			imp = opt.Importance[lo:hi]
 		}
-		d, m := chooseAsym(w, imp, levels, search, codes)
+		if lr != nil {
+			imp = opt.residual[lo:hi]
+			lr.set(opt.Factors[lo*FactorRank:], w)
+		}
+		d, m := chooseAsym(w, imp, lr, levels, search, codes)
 		t.Scales[r*ng+g], t.Mins[r*ng+g] = d, m
 		df, mf := d.Float32(), m.Float32()
-		asymCodes(w, df, mf, levels, codes, 0, 0)
+		if lr != nil && lr.kept {
+			copy(codes, lr.best[:len(w)])
+		} else {
+			asymCodes(w, df, mf, levels, codes, 0, 0)
+		}
 		for i, v := range w {
 			t.addErr(v, df*float32(codes[i])+mf) // as DequantizeRow computes it
 		}
@@ -179,14 +191,21 @@ func quantizeAsymRow(t *Tensor, r int, row []float32, opt *Options, codes []int3
 }
 
 // chooseAsym picks the stored (d, m) of a group, minimizing the squared
-// error weighted by imp (nil: unweighted).
-func chooseAsym(w, imp []float32, levels int32, search bool, codes []int32) (half.Float16, half.Float16) {
+// error weighted by imp (nil: unweighted), plus with lr (nil: none) the
+// error's squared projections on the correlation factors. Nearest codes
+// minimize a weighted error at any (d, m), so the codes are those of the
+// stored pair; with lr they need not, and the best candidate's codes,
+// whose error was scored, are kept in lr.best (lr.kept).
+func chooseAsym(w, imp []float32, lr *lowRank, levels int32, search bool, codes []int32) (half.Float16, half.Float16) {
 	lo, hi := w[0], w[0]
 	for _, v := range w {
 		lo, hi = min(lo, v), max(hi, v)
 	}
 	L := float32(levels)
 	bestD, bestM := half.FromFloat32((hi-lo)/L), half.FromFloat32(lo)
+	if lr != nil {
+		lr.kept = false
+	}
 	if !search || hi == lo {
 		return bestD, bestM
 	}
@@ -197,9 +216,18 @@ func chooseAsym(w, imp []float32, levels int32, search bool, codes []int32) (hal
 	} else {
 		n, sw, sww := weightedPlainSums(w, imp)
 		sums = func(d, m float32) asymSums { return weightedCodes(w, imp, d, m, levels, codes, n, sw, sww) }
+		if lr != nil {
+			n, sw, sww = lr.addPlain(n, sw, sww)
+			sums = func(d, m float32) asymSums {
+				return lr.add(weightedCodes(w, imp, d, m, levels, codes, n, sw, sww), codes)
+			}
+		}
 	}
 	s := sums(bestD.Float32(), bestM.Float32())
 	bestErr := s.err(float64(bestD.Float32()), float64(bestM.Float32()))
+	if lr != nil {
+		lr.kept = copy(lr.best, codes[:len(w)]) == len(w)
+	}
 	try := func(d, m float32) {
 		s := sums(d, m)
 		fd, fm, ok := s.fit()
@@ -215,6 +243,9 @@ func chooseAsym(w, imp []float32, levels int32, search bool, codes []int32) (hal
 		hd, hm := half.FromFloat32(float32(fd)), half.FromFloat32(float32(fm))
 		if e := s.err(float64(hd.Float32()), float64(hm.Float32())); e < bestErr {
 			bestD, bestM, bestErr = hd, hm, e
+			if lr != nil {
+				copy(lr.best, codes[:len(w)])
+			}
 		}
 	}
 	span := hi - lo
@@ -231,4 +262,70 @@ func chooseAsym(w, imp []float32, levels int32, search bool, codes []int32) (hal
 		try(bestD.Float32(), bestM.Float32())
 	}
 	return bestD, bestM
+}
+
+// lowRank holds a group's correlation factors (Options.Factors: FactorRank
+// rows of 32 per block) and their products with the group's weights and
+// with ones, so that each candidate's codes cost FactorRank short dot
+// products a block: the error d*q + m - w projects on a factor u as
+// d*(u·q) + m*(u·1) - u·w, and its square adds to the sums as one more
+// weighted term.
+type lowRank struct {
+	u       []float32
+	blocks  int
+	ones    []float64 // u·1 per factor row
+	weights []float64 // u·w per factor row
+	proj    []float32 // u·q per factor row, scratch
+	// best holds the codes chooseAsym chose, when kept.
+	best []int32
+	kept bool
+}
+
+// newLowRank makes the scratch for groups of up to size weights.
+func newLowRank(size int) *lowRank {
+	n := factorBlocks(size) * FactorRank
+	return &lowRank{ones: make([]float64, n), weights: make([]float64, n), proj: make([]float32, n), best: make([]int32, size)}
+}
+
+// set points lr at the factors of group w, f starting at its first block.
+func (lr *lowRank) set(f []float32, w []float32) {
+	lr.blocks = factorBlocks(len(w))
+	lr.u = f[:lr.blocks*FactorRank*block]
+	for r := 0; r < lr.blocks*FactorRank; r++ {
+		b := r / FactorRank
+		u := lr.u[r*block : (r+1)*block]
+		x := w[b*block : min((b+1)*block, len(w))]
+		var so, sw float64
+		for i, v := range x {
+			so += float64(u[i])
+			sw += float64(u[i]) * float64(v)
+		}
+		lr.ones[r], lr.weights[r] = so, sw
+	}
+}
+
+// addPlain adds the factors' code-independent terms to n, sw and sww.
+func (lr *lowRank) addPlain(n, sw, sww float64) (float64, float64, float64) {
+	for r := 0; r < lr.blocks*FactorRank; r++ {
+		o, x := lr.ones[r], lr.weights[r]
+		n += o * o
+		sw += o * x
+		sww += x * x
+	}
+	return n, sw, sww
+}
+
+// add adds the factors' terms for codes to s.
+func (lr *lowRank) add(s asymSums, codes []int32) asymSums {
+	k := lr.blocks * FactorRank
+	for b := 0; b < lr.blocks; b++ {
+		project(lr.u[b*FactorRank*block:(b+1)*FactorRank*block], codes[b*block:(b+1)*block], lr.proj[b*FactorRank:(b+1)*FactorRank])
+	}
+	for r, p := range lr.proj[:k] {
+		q := float64(p)
+		s.sq += q * lr.ones[r]
+		s.sqq += q * q
+		s.sqw += q * lr.weights[r]
+	}
+	return s
 }

@@ -26,3 +26,6 @@ func dotQ3KAVX2(q *byte, x *float32, sc *float32, n int) float32
 
 //go:noescape
 func asymCodesWeightedAVX2(w, imp *float32, n int, m, inv, top float32, codes *int32) (sq, sqq, sqw float32)
+
+//go:noescape
+func projectAVX2(u *float32, k int, codes *int32, out *float32)

@@ -539,3 +539,37 @@ wdone:
 	VZEROUPPER
 	MOVSS X10, sqw+56(FP)
 	RET
+
+// func projectAVX2(u *float32, k int, codes *int32, out *float32)
+// out[j] = Σ u[32j+i]·codes[i] over i < 32, for j < k.
+TEXT ·projectAVX2(SB), NOSPLIT, $0-32
+	MOVQ u+0(FP), SI
+	MOVQ k+8(FP), CX
+	MOVQ codes+16(FP), DI
+	MOVQ out+24(FP), DX
+	VCVTDQ2PS (DI), Y0
+	VCVTDQ2PS 32(DI), Y1
+	VCVTDQ2PS 64(DI), Y2
+	VCVTDQ2PS 96(DI), Y3
+	TESTQ CX, CX
+	JZ   pdone
+
+ploop:
+	VMULPS (SI), Y0, Y4
+	VMULPS 32(SI), Y1, Y5
+	VFMADD231PS 64(SI), Y2, Y4
+	VFMADD231PS 96(SI), Y3, Y5
+	VADDPS Y5, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VADDPS X5, X4, X4
+	VHADDPS X4, X4, X4
+	VHADDPS X4, X4, X4
+	MOVSS X4, (DX)
+	ADDQ $128, SI
+	ADDQ $4, DX
+	DECQ CX
+	JNZ  ploop
+
+pdone:
+	VZEROUPPER
+	RET
