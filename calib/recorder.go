@@ -64,7 +64,7 @@ type site struct {
 	// 32×32, lower triangle filled), for the correlation factors.
 	blocks []float64
 	rows   int
-	block *block
+	block  *block
 	// h is the sum of x xᵀ over the rows ([cols, cols]), when kept.
 	h []float32
 }
