@@ -11,7 +11,8 @@ const FactorRank = 4
 // factorBlocks is the number of 32-column blocks of a row of cols.
 func factorBlocks(cols int) int { return (cols + block - 1) / block }
 
-// setResidual checks o.Factors against cols and sets o.residual.
+// setResidual checks o.Factors against cols and sets o.residual and
+// o.factorOnes.
 func (o *Options) setResidual(cols int) error {
 	if o.Importance == nil {
 		return fmt.Errorf("correlation factors without importance weights")
@@ -32,23 +33,111 @@ func (o *Options) setResidual(cols int) error {
 		}
 		res[c] = max(v, 0) // the factors come from the same matrix; rounding can overshoot
 	}
-	o.residual = res
+	ones := make([]float32, nb*FactorRank)
+	for r := range ones {
+		for _, u := range o.Factors[r*block : (r+1)*block] {
+			ones[r] += u
+		}
+	}
+	o.residual, o.factorOnes = res, ones
 	return nil
 }
 
-// project sets out[j] to the dot product of factor row j of one block (rank
-// rows of 32) with the block's 32 codes.
-func project(u []float32, codes []int32, out []float32) {
-	if haveAVX2 {
-		projectAVX2(&u[0], len(out), &codes[0], &out[0])
-		return
-	}
-	for j := range out {
-		r := u[j*block : (j+1)*block]
+// lowRank holds a group's correlation factors (Options.Factors: FactorRank
+// rows of 32 per block) and their products with ones and with the group's
+// weights, so that each candidate's codes cost FactorRank more dot
+// products a block, in the pass that rounds them: the error d*q + m - w
+// projects on a factor u as d*(u·q) + m*(u·1) - u·w, and its square adds
+// to the sums as one more weighted term.
+type lowRank struct {
+	u       []float32
+	blocks  int
+	ones    []float32 // u·1 per factor row
+	weights []float32 // u·w per factor row
+	proj    []float32 // u·q per factor row, scratch
+	// best holds the codes chooseAsym chose, when kept.
+	best []int32
+	kept bool
+}
+
+// newLowRank makes the scratch for groups of up to size weights.
+func newLowRank(size int) *lowRank {
+	n := factorBlocks(size) * FactorRank
+	return &lowRank{weights: make([]float32, n), proj: make([]float32, n), best: make([]int32, size)}
+}
+
+// set points lr at the factors f and their sums ones of group w, both
+// starting at the group's first block.
+func (lr *lowRank) set(f, ones, w []float32) {
+	lr.blocks = factorBlocks(len(w))
+	k := lr.blocks * FactorRank
+	lr.u, lr.ones = f[:k*block], ones[:k]
+	for r := range k {
+		lo := r / FactorRank * block
+		x := w[lo:min(lo+block, len(w))]
+		u := lr.u[r*block : r*block+len(x)]
 		var s float32
-		for i, q := range codes[:block] {
-			s += r[i] * float32(q)
+		for i, v := range x {
+			s += u[i] * v
 		}
-		out[j] = s
+		lr.weights[r] = s
 	}
+}
+
+// addPlain adds the factors' code-independent terms to n, sw and sww.
+func (lr *lowRank) addPlain(n, sw, sww float64) (float64, float64, float64) {
+	for r := range lr.blocks * FactorRank {
+		o, x := float64(lr.ones[r]), float64(lr.weights[r])
+		n += o * o
+		sw += o * x
+		sww += x * x
+	}
+	return n, sw, sww
+}
+
+// codes is weightedCodes with the factors' terms: it rounds w at (d, m)
+// and returns the sums weighted by imp (the residual diagonal) plus the
+// projections'; n, sw and sww include addPlain's terms.
+func (lr *lowRank) codes(w, imp []float32, d, m float32, levels int32, codes []int32, n, sw, sww float64) asymSums {
+	s := asymSums{n: n, sw: sw, sww: sww}
+	if d == 0 {
+		clear(codes[:len(w)])
+		return s // every u·q is 0
+	}
+	inv, top := 1/d, float32(levels)
+	var sq, sqq, sqw float32
+	for b := range lr.blocks {
+		lo, hi := b*block, min((b+1)*block, len(w))
+		p := lr.proj[b*FactorRank : (b+1)*FactorRank]
+		u := lr.u[b*FactorRank*block : (b+1)*FactorRank*block]
+		i := lo
+		if k := (hi - lo) &^ 7; haveAVX2 && k > 0 {
+			a, aq, aw := asymCodesFactoredAVX2(&w[lo], &imp[lo], &u[0], k, m, inv, top, &codes[lo], &p[0])
+			sq, sqq, sqw = sq+a, sqq+aq, sqw+aw
+			i += k
+		} else {
+			clear(p)
+		}
+		for ; i < hi; i++ {
+			x := min(max((w[i]-m)*inv, 0), top)
+			q := int32(x + 0.5) // x >= 0: rounds half up
+			codes[i] = q
+			fq := float32(q)
+			a := imp[i] * fq
+			sq += a
+			sqq += a * fq
+			sqw += a * w[i]
+			for j := range p {
+				p[j] += u[j*block+i-lo] * fq
+			}
+		}
+	}
+	s.sq, s.sqq, s.sqw = float64(sq), float64(sqq), float64(sqw)
+	for r, p := range lr.proj[:lr.blocks*FactorRank] {
+		q := float64(p)
+		s.sq += q * float64(lr.ones[r])
+		s.sqq += q * q
+		s.sqw += q * float64(lr.weights[r])
+	}
+	return s
 }

@@ -327,8 +327,9 @@ type Options struct {
 	// compensation, which has the whole Hessian, use Importance alone.
 	// Nil: the diagonal alone.
 	Factors []float32
-	// residual is Importance less the factors' squares (set by Quantize).
-	residual []float32
+	// residual is Importance less the factors' squares, and factorOnes
+	// each factor row's sum (set by Quantize).
+	residual, factorOnes []float32
 	// Compensate, when set, is the upper Cholesky factor U of the inverse
 	// of the inputs' Hessian ([cols, cols], row-major): each row is
 	// quantized a column at a time, each column's error compensated on the

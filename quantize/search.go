@@ -170,7 +170,7 @@ func quantizeAsymRow(t *Tensor, r int, row []float32, opt *Options, codes []int3
 		}
 		if lr != nil {
 			imp = opt.residual[lo:hi]
-			lr.set(opt.Factors[lo*FactorRank:], w)
+			lr.set(opt.Factors[lo*FactorRank:], opt.factorOnes[lo/block*FactorRank:], w)
 		}
 		d, m := chooseAsym(w, imp, lr, levels, search, codes)
 		t.Scales[r*ng+g], t.Mins[r*ng+g] = d, m
@@ -218,9 +218,7 @@ func chooseAsym(w, imp []float32, lr *lowRank, levels int32, search bool, codes 
 		sums = func(d, m float32) asymSums { return weightedCodes(w, imp, d, m, levels, codes, n, sw, sww) }
 		if lr != nil {
 			n, sw, sww = lr.addPlain(n, sw, sww)
-			sums = func(d, m float32) asymSums {
-				return lr.add(weightedCodes(w, imp, d, m, levels, codes, n, sw, sww), codes)
-			}
+			sums = func(d, m float32) asymSums { return lr.codes(w, imp, d, m, levels, codes, n, sw, sww) }
 		}
 	}
 	s := sums(bestD.Float32(), bestM.Float32())
@@ -262,70 +260,4 @@ func chooseAsym(w, imp []float32, lr *lowRank, levels int32, search bool, codes 
 		try(bestD.Float32(), bestM.Float32())
 	}
 	return bestD, bestM
-}
-
-// lowRank holds a group's correlation factors (Options.Factors: FactorRank
-// rows of 32 per block) and their products with the group's weights and
-// with ones, so that each candidate's codes cost FactorRank short dot
-// products a block: the error d*q + m - w projects on a factor u as
-// d*(u·q) + m*(u·1) - u·w, and its square adds to the sums as one more
-// weighted term.
-type lowRank struct {
-	u       []float32
-	blocks  int
-	ones    []float64 // u·1 per factor row
-	weights []float64 // u·w per factor row
-	proj    []float32 // u·q per factor row, scratch
-	// best holds the codes chooseAsym chose, when kept.
-	best []int32
-	kept bool
-}
-
-// newLowRank makes the scratch for groups of up to size weights.
-func newLowRank(size int) *lowRank {
-	n := factorBlocks(size) * FactorRank
-	return &lowRank{ones: make([]float64, n), weights: make([]float64, n), proj: make([]float32, n), best: make([]int32, size)}
-}
-
-// set points lr at the factors of group w, f starting at its first block.
-func (lr *lowRank) set(f []float32, w []float32) {
-	lr.blocks = factorBlocks(len(w))
-	lr.u = f[:lr.blocks*FactorRank*block]
-	for r := 0; r < lr.blocks*FactorRank; r++ {
-		b := r / FactorRank
-		u := lr.u[r*block : (r+1)*block]
-		x := w[b*block : min((b+1)*block, len(w))]
-		var so, sw float64
-		for i, v := range x {
-			so += float64(u[i])
-			sw += float64(u[i]) * float64(v)
-		}
-		lr.ones[r], lr.weights[r] = so, sw
-	}
-}
-
-// addPlain adds the factors' code-independent terms to n, sw and sww.
-func (lr *lowRank) addPlain(n, sw, sww float64) (float64, float64, float64) {
-	for r := 0; r < lr.blocks*FactorRank; r++ {
-		o, x := lr.ones[r], lr.weights[r]
-		n += o * o
-		sw += o * x
-		sww += x * x
-	}
-	return n, sw, sww
-}
-
-// add adds the factors' terms for codes to s.
-func (lr *lowRank) add(s asymSums, codes []int32) asymSums {
-	k := lr.blocks * FactorRank
-	for b := 0; b < lr.blocks; b++ {
-		project(lr.u[b*FactorRank*block:(b+1)*FactorRank*block], codes[b*block:(b+1)*block], lr.proj[b*FactorRank:(b+1)*FactorRank])
-	}
-	for r, p := range lr.proj[:k] {
-		q := float64(p)
-		s.sq += q * lr.ones[r]
-		s.sqq += q * q
-		s.sqw += q * lr.weights[r]
-	}
-	return s
 }

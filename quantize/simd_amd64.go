@@ -28,4 +28,4 @@ func dotQ3KAVX2(q *byte, x *float32, sc *float32, n int) float32
 func asymCodesWeightedAVX2(w, imp *float32, n int, m, inv, top float32, codes *int32) (sq, sqq, sqw float32)
 
 //go:noescape
-func projectAVX2(u *float32, k int, codes *int32, out *float32)
+func asymCodesFactoredAVX2(w, imp, u *float32, n int, m, inv, top float32, codes *int32, proj *float32) (sq, sqq, sqw float32)

@@ -33,6 +33,6 @@ func asymCodesWeightedAVX2(w, imp *float32, n int, m, inv, top float32, codes *i
 	panic("quantize: asymCodesWeightedAVX2 without amd64")
 }
 
-func projectAVX2(u *float32, k int, codes *int32, out *float32) {
-	panic("quantize: projectAVX2 without amd64")
+func asymCodesFactoredAVX2(w, imp, u *float32, n int, m, inv, top float32, codes *int32, proj *float32) (sq, sqq, sqw float32) {
+	panic("quantize: asymCodesFactoredAVX2 without amd64")
 }
