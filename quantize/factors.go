@@ -72,6 +72,10 @@ func (lr *lowRank) set(f, ones, w []float32) {
 	lr.blocks = factorBlocks(len(w))
 	k := lr.blocks * FactorRank
 	lr.u, lr.ones = f[:k*block], ones[:k]
+	if haveAVX2 && len(w) == block {
+		factorDotsAVX2(&lr.u[0], &w[0], &lr.weights[0])
+		return
+	}
 	for r := range k {
 		lo := r / FactorRank * block
 		x := w[lo:min(lo+block, len(w))]
@@ -105,6 +109,16 @@ func (lr *lowRank) codes(w, imp []float32, d, m float32, levels int32, codes []i
 		return s // every u·q is 0
 	}
 	inv, top := 1/d, float32(levels)
+	if haveAVX2 && len(w) == block {
+		// One full block, the usual group: the same sums without the loops.
+		sq, sqq, sqw := asymCodesFactoredAVX2(&w[0], &imp[0], &lr.u[0], block, m, inv, top, &codes[0], &lr.proj[0])
+		p, o, x := (*[FactorRank]float32)(lr.proj), (*[FactorRank]float32)(lr.ones), (*[FactorRank]float32)(lr.weights)
+		p0, p1, p2, p3 := float64(p[0]), float64(p[1]), float64(p[2]), float64(p[3])
+		s.sq = float64(sq) + p0*float64(o[0]) + p1*float64(o[1]) + p2*float64(o[2]) + p3*float64(o[3])
+		s.sqq = float64(sqq) + p0*p0 + p1*p1 + p2*p2 + p3*p3
+		s.sqw = float64(sqw) + p0*float64(x[0]) + p1*float64(x[1]) + p2*float64(x[2]) + p3*float64(x[3])
+		return s
+	}
 	var sq, sqq, sqw float32
 	for b := range lr.blocks {
 		lo, hi := b*block, min((b+1)*block, len(w))

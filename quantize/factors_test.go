@@ -192,7 +192,16 @@ func TestFactoredCodesSIMD(t *testing.T) {
 			}
 		}
 		lr := newLowRank(64)
+		haveAVX2 = false
 		lr.set(fac, ones, w)
+		goDots := append([]float32(nil), lr.weights...)
+		haveAVX2 = true
+		lr.set(fac, ones, w)
+		for j, v := range goDots {
+			if math.Abs(float64(v-lr.weights[j])) > 1e-4*(1+math.Abs(float64(v))) {
+				t.Errorf("n %d: u·w %d is %v, Go %v", n, j, lr.weights[j], v)
+			}
+		}
 		d, m := float32(0.2), float32(-1.5)
 		fast, slow := make([]int32, 96), make([]int32, 96)
 		got := lr.codes(w, imp, d, m, 15, fast, 0, 0, 0)

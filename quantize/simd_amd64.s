@@ -631,3 +631,34 @@ fdone:
 	VZEROUPPER
 	MOVSS X15, 12(DX)
 	RET
+
+// func factorDotsAVX2(u, w *float32, out *float32)
+// out[j] = Σ u[32j+i]·w[i] over i < 32, for the 4 factor rows (FactorRank)
+// of one block.
+TEXT ·factorDotsAVX2(SB), NOSPLIT, $0-24
+	MOVQ u+0(FP), SI
+	MOVQ w+8(FP), DI
+	MOVQ out+16(FP), DX
+	VMOVUPS (DI), Y0
+	VMOVUPS 32(DI), Y1
+	VMOVUPS 64(DI), Y2
+	VMOVUPS 96(DI), Y3
+	MOVQ $4, CX
+
+dloop:
+	VMULPS (SI), Y0, Y4
+	VMULPS 32(SI), Y1, Y5
+	VFMADD231PS 64(SI), Y2, Y4
+	VFMADD231PS 96(SI), Y3, Y5
+	VADDPS Y5, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VADDPS X5, X4, X4
+	VHADDPS X4, X4, X4
+	VHADDPS X4, X4, X4
+	MOVSS X4, (DX)
+	ADDQ $128, SI
+	ADDQ $4, DX
+	DECQ CX
+	JNZ  dloop
+	VZEROUPPER
+	RET

@@ -36,3 +36,7 @@ func asymCodesWeightedAVX2(w, imp *float32, n int, m, inv, top float32, codes *i
 func asymCodesFactoredAVX2(w, imp, u *float32, n int, m, inv, top float32, codes *int32, proj *float32) (sq, sqq, sqw float32) {
 	panic("quantize: asymCodesFactoredAVX2 without amd64")
 }
+
+func factorDotsAVX2(u, w *float32, out *float32) {
+	panic("quantize: factorDotsAVX2 without amd64")
+}
