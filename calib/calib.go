@@ -4,7 +4,11 @@
 // the column multiplies. An error e in weight (r, c) moves output r by e*x_c,
 // so over the tokens it costs e² times that mean: the diagonal of the
 // product's Hessian, which the quantizers' search weighs its error by
-// (quantize.Options.Importance). The same figures rank tensors by what their
+// (quantize.Options.Importance). Inputs also move together (a shared mean,
+// outlier features), so an error shared by a group's weights costs more
+// than the diagonal says; the dominant directions of each 32-column block
+// of the Hessian (quantize.Options.Factors) let the asymmetric formats'
+// search weigh that too. The same figures rank tensors by what their
 // quantization error costs, for mixed precision.
 //
 // It is a package of its own because both the converter and the validator's

@@ -16,7 +16,12 @@ import (
 // With importance weights (Options.Importance, one per column) every sum is
 // weighted: the error scored is sum imp_i*(d*q_i + m - w_i)^2, the refit is
 // the weighted least squares for the codes, and the codes (nearest level,
-// whatever the weight) come from the same loop as without.
+// whatever the weight) come from the same loop as without. With
+// correlation factors (Options.Factors) the error is eᵀHe for each 32-wide
+// block's H = diag + Σ u uᵀ: each u adds (u·e)² to the sums, still a
+// quadratic in (d, m), so the same fit and score apply; nearest codes are
+// then no longer the best for the stored pair, so the codes scored are the
+// codes stored.
 
 // asymSums are the sums that give a group's least-squares fit and error;
 // with importance weights each term is weighted (n is then their sum).
