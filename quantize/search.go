@@ -229,7 +229,8 @@ func chooseAsym(w, imp []float32, lr *lowRank, levels int32, search bool, codes 
 	s := sums(bestD.Float32(), bestM.Float32())
 	bestErr := s.err(float64(bestD.Float32()), float64(bestM.Float32()))
 	if lr != nil {
-		lr.kept = copy(lr.best, codes[:len(w)]) == len(w)
+		copy(lr.best, codes[:len(w)])
+		lr.kept = true
 	}
 	try := func(d, m float32) {
 		s := sums(d, m)
