@@ -4,7 +4,11 @@
 // the column multiplies. An error e in weight (r, c) moves output r by e*x_c,
 // so over the tokens it costs e² times that mean: the diagonal of the
 // product's Hessian, which the quantizers' search weighs its error by
-// (quantize.Options.Importance). The same figures rank tensors by what their
+// (quantize.Options.Importance). Inputs also move together (a shared mean,
+// outlier features), so an error shared by a group's weights costs more
+// than the diagonal says; the dominant directions of each 32-column block
+// of the Hessian (quantize.Options.Factors) let the asymmetric formats'
+// search weigh that too. The same figures rank tensors by what their
 // quantization error costs, for mixed precision.
 //
 // It is a package of its own because both the converter and the validator's
@@ -39,8 +43,10 @@ var DefaultText string
 // DefaultSource names DefaultText in the manifest.
 const DefaultSource = "built-in"
 
-// Method names what the statistics are, as the manifest records it.
-const Method = "mean-square-activation"
+// Method names what the statistics are, as the manifest records it: the
+// mean square of each input column, and the dominant part of each
+// 32-column block's correlation (quantize.Options.Factors).
+const Method = "mean-square-activation+block-correlation"
 
 // GPTQ names the error compensation (quantize.Options.Compensate from
 // Stats.Compensation), as the manifest records it.
@@ -101,6 +107,10 @@ type Stats struct {
 	// inputs ([cols, cols]), with Options.Hessians; inputs read by several
 	// weights share one.
 	Hessian map[string][]float32
+	// BlockFactors maps each linear weight to the factors of its inputs'
+	// correlation within blocks of 32 columns (quantize.Options.Factors);
+	// inputs read by several weights share one.
+	BlockFactors map[string][]float32
 	// Gain maps each linear weight to its block's gain: the power the
 	// block it belongs to (attention, or the MLP) adds to the residual
 	// stream over the stream's power at the block's input. A relative
@@ -132,6 +142,15 @@ func (s *Stats) Importance(name string) []float32 {
 		imp[i] = v + floor
 	}
 	return imp
+}
+
+// Factors is quantize.Options.Factors for name, to go with Importance
+// (nil when name was not measured).
+func (s *Stats) Factors(name string) []float32 {
+	if s == nil {
+		return nil
+	}
+	return s.BlockFactors[name]
 }
 
 // Compensation is quantize.Options.Compensate for name: the factor of its
@@ -234,8 +253,8 @@ func Collect(ctx context.Context, m *model.Model, tok tokenizer.Tokenizer, opts 
 			opts.Progress(min(lo+step, len(ids)), len(ids))
 		}
 	}
-	st := &Stats{Tokens: tokens, TextSHA256: TextHash(text), MeanSq: map[string][]float32{}, Gain: map[string]float64{}}
-	means := map[*site][]float32{}
+	st := &Stats{Tokens: tokens, TextSHA256: TextHash(text), MeanSq: map[string][]float32{}, BlockFactors: map[string][]float32{}, Gain: map[string]float64{}}
+	means, facs := map[*site][]float32{}, map[*site][]float32{}
 	for name, w := range m.Weights {
 		if m.Config.TensorRole(name) != model.RoleLinear {
 			continue
@@ -253,6 +272,13 @@ func Collect(ctx context.Context, m *model.Model, tok tokenizer.Tokenizer, opts 
 		}
 		st.MeanSq[name] = ms
 		st.Gain[name] = site.gain()
+		if _, ok := facs[site]; !ok {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			facs[site] = factors(site.blocks, len(site.sumSq), site.rows)
+		}
+		st.BlockFactors[name] = facs[site]
 		if site.h != nil {
 			if st.Hessian == nil {
 				st.Hessian = map[string][]float32{}

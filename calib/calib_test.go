@@ -130,6 +130,7 @@ func TestEveryFamily(t *testing.T) {
 						}
 					}
 				}
+				checkFactors(t, name, st.Factors(name), h, w.Cols)
 				if u, err := st.Compensation(name); err != nil || len(u) != len(h) {
 					t.Fatalf("%s: compensation factor of %d values: %v", name, len(u), err)
 				}

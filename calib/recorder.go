@@ -60,8 +60,11 @@ const maxHessianBytes = 1 << 30
 // site accumulates one Linear input's column statistics.
 type site struct {
 	sumSq []float64
-	rows  int
-	block *block
+	// blocks is the sum of x xᵀ within each 32-column block (blocks of
+	// 32×32, lower triangle filled), for the correlation factors.
+	blocks []float64
+	rows   int
+	block  *block
 	// h is the sum of x xᵀ over the rows ([cols, cols]), when kept.
 	h []float32
 }
@@ -197,6 +200,7 @@ func (r *recorder) record(x model.Buf, norm model.Norm, outs []model.Output) *si
 		for j, a := range v {
 			s.sumSq[j] += float64(a) * float64(a)
 		}
+		addBlocks(s.blocks, v)
 		if s.h != nil {
 			// Columns of the normed rows, for addHessian.
 			r.xt = grow(r.xt, len(in))
@@ -222,7 +226,7 @@ func (r *recorder) siteFor(outs []model.Output, cols int) *site {
 			return s
 		}
 	}
-	s := &site{sumSq: make([]float64, cols)}
+	s := &site{sumSq: make([]float64, cols), blocks: make([]float64, factorBlocks(cols)*factorBlock*factorBlock)}
 	if r.hessians && r.err == nil {
 		r.hessianBytes += 4 * int64(cols) * int64(cols)
 		if r.hessianBytes > r.hessianLimit {
@@ -294,6 +298,25 @@ func addHessian(h, xt []float32, cols, n int) {
 			h[i*cols+j] += s
 			if i != j {
 				h[j*cols+i] += s
+			}
+		}
+	}
+}
+
+// addBlocks adds the lower triangle of v vᵀ within each 32-column block
+// to blocks.
+func addBlocks(blocks []float64, v []float32) {
+	for lo := 0; lo < len(v); lo += factorBlock {
+		x := v[lo:min(lo+factorBlock, len(v))]
+		h := blocks[lo*factorBlock:]
+		for i, a := range x {
+			if a == 0 {
+				continue
+			}
+			row := h[i*factorBlock : i*factorBlock+i+1]
+			fa := float64(a)
+			for j, b := range x[:i+1] {
+				row[j] += fa * float64(b)
 			}
 		}
 	}

@@ -172,7 +172,7 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 		}
 		opt := quantize.Options{GroupSize: p.group, Search: s.search, TensorScale: tensorScale, FirstRow: int(r0)}
 		if p.role == model.RoleLinear {
-			opt.Importance, opt.Compensate = s.stats.Importance(p.name), compensate
+			opt.Importance, opt.Factors, opt.Compensate = s.stats.Importance(p.name), s.stats.Factors(p.name), compensate
 		}
 		q, err := quantize.Quantize(ctx, p.format, x, int(nr), int(cols), opt)
 		if err != nil {

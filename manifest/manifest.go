@@ -135,7 +135,7 @@ type Calibration struct {
 	SHA256 string `json:"sha256"`
 	// Tokens is how many tokens the model ran over.
 	Tokens int `json:"tokens"`
-	// Method names the statistic ("mean-square-activation").
+	// Method names the statistics ("mean-square-activation+block-correlation").
 	Method string `json:"method"`
 	// Compensation names the error compensation the linear weights were
 	// quantized with ("gptq"; absent: none).

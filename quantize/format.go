@@ -316,6 +316,20 @@ type Options struct {
 	// minimizes the error weighted by it instead of the plain squared
 	// error. Nil weighs all columns alike.
 	Importance []float32
+	// Factors, with Importance, is the low-rank part of each 32-column
+	// block's input correlation E[x xᵀ], whose diagonal Importance holds:
+	// for block b (columns 32b..32b+31), rank rows of 32 values u (zero
+	// past the last column), the block's correlation being about
+	// diag(Importance - Σu²) + Σ u uᵀ. The asymmetric formats' search
+	// (q4, q2) then weighs a group's error by that matrix instead of its
+	// diagonal alone: a correlated error (one the minimum shifts, say) moves
+	// the output more than its columns' sum says. Other formats and error
+	// compensation, which has the whole Hessian, use Importance alone.
+	// Nil: the diagonal alone.
+	Factors []float32
+	// residual is Importance less the factors' squares, and factorOnes
+	// each factor row's sum (set by Quantize).
+	residual, factorOnes []float32
 	// Compensate, when set, is the upper Cholesky factor U of the inverse
 	// of the inputs' Hessian ([cols, cols], row-major): each row is
 	// quantized a column at a time, each column's error compensated on the
@@ -426,6 +440,11 @@ func Quantize(ctx context.Context, f Format, w []float32, rows, cols int, opt Op
 	}
 	if opt.Importance != nil && len(opt.Importance) != cols {
 		return nil, fmt.Errorf("quantize: %d importance weights for %d columns", len(opt.Importance), cols)
+	}
+	if opt.Factors != nil {
+		if err := opt.setResidual(cols); err != nil {
+			return nil, fmt.Errorf("quantize: %w", err)
+		}
 	}
 	if opt.Compensate != nil {
 		if err := checkCompensate(f, opt.Compensate, cols); err != nil {

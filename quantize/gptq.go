@@ -50,6 +50,7 @@ func (cp *compensator) quantizeRow(t *Tensor, r int, row []float32, opt *Options
 	}
 	gopt := *opt
 	gopt.Compensate = nil
+	gopt.Factors, gopt.residual = nil, nil // the compensation has the whole Hessian
 	rb := t.RowBytes()
 	dst := t.Data[r*rb : (r+1)*rb]
 	ng := t.Groups()

@@ -16,7 +16,12 @@ import (
 // With importance weights (Options.Importance, one per column) every sum is
 // weighted: the error scored is sum imp_i*(d*q_i + m - w_i)^2, the refit is
 // the weighted least squares for the codes, and the codes (nearest level,
-// whatever the weight) come from the same loop as without.
+// whatever the weight) come from the same loop as without. With
+// correlation factors (Options.Factors) the error is eᵀHe for each 32-wide
+// block's H = diag + Σ u uᵀ: each u adds (u·e)² to the sums, still a
+// quadratic in (d, m), so the same fit and score apply; nearest codes are
+// then no longer the best for the stored pair, so the codes scored are the
+// codes stored.
 
 // asymSums are the sums that give a group's least-squares fit and error;
 // with importance weights each term is weighted (n is then their sum).
@@ -157,6 +162,10 @@ func quantizeAsymRow(t *Tensor, r int, row []float32, opt *Options, codes []int3
 	dst := t.Data[r*rb : (r+1)*rb]
 	ng := t.Groups()
 	gBytes := t.GroupSize / block * s.BlockBytes
+	var lr *lowRank
+	if opt.residual != nil && search {
+		lr = newLowRank(t.GroupSize)
+	}
 	for g := 0; g < ng; g++ {
 		lo, hi := groupBounds(g, t.GroupSize, len(row))
 		w := row[lo:hi]
@@ -164,10 +173,18 @@ func quantizeAsymRow(t *Tensor, r int, row []float32, opt *Options, codes []int3
 		if opt.Importance != nil {
 			imp = opt.Importance[lo:hi]
 		}
-		d, m := chooseAsym(w, imp, levels, search, codes)
+		if lr != nil {
+			imp = opt.residual[lo:hi]
+			lr.set(opt.Factors[lo*FactorRank:], opt.factorOnes[lo/block*FactorRank:], w)
+		}
+		d, m := chooseAsym(w, imp, lr, levels, search, codes)
 		t.Scales[r*ng+g], t.Mins[r*ng+g] = d, m
 		df, mf := d.Float32(), m.Float32()
-		asymCodes(w, df, mf, levels, codes, 0, 0)
+		if lr != nil && lr.kept {
+			copy(codes, lr.best[:len(w)])
+		} else {
+			asymCodes(w, df, mf, levels, codes, 0, 0)
+		}
 		for i, v := range w {
 			t.addErr(v, df*float32(codes[i])+mf) // as DequantizeRow computes it
 		}
@@ -179,14 +196,21 @@ func quantizeAsymRow(t *Tensor, r int, row []float32, opt *Options, codes []int3
 }
 
 // chooseAsym picks the stored (d, m) of a group, minimizing the squared
-// error weighted by imp (nil: unweighted).
-func chooseAsym(w, imp []float32, levels int32, search bool, codes []int32) (half.Float16, half.Float16) {
+// error weighted by imp (nil: unweighted), plus with lr (nil: none) the
+// error's squared projections on the correlation factors. Nearest codes
+// minimize a weighted error at any (d, m), so the codes are those of the
+// stored pair; with lr they need not, and the best candidate's codes,
+// whose error was scored, are kept in lr.best (lr.kept).
+func chooseAsym(w, imp []float32, lr *lowRank, levels int32, search bool, codes []int32) (half.Float16, half.Float16) {
 	lo, hi := w[0], w[0]
 	for _, v := range w {
 		lo, hi = min(lo, v), max(hi, v)
 	}
 	L := float32(levels)
 	bestD, bestM := half.FromFloat32((hi-lo)/L), half.FromFloat32(lo)
+	if lr != nil {
+		lr.kept = false
+	}
 	if !search || hi == lo {
 		return bestD, bestM
 	}
@@ -197,9 +221,17 @@ func chooseAsym(w, imp []float32, levels int32, search bool, codes []int32) (hal
 	} else {
 		n, sw, sww := weightedPlainSums(w, imp)
 		sums = func(d, m float32) asymSums { return weightedCodes(w, imp, d, m, levels, codes, n, sw, sww) }
+		if lr != nil {
+			n, sw, sww = lr.addPlain(n, sw, sww)
+			sums = func(d, m float32) asymSums { return lr.codes(w, imp, d, m, levels, codes, n, sw, sww) }
+		}
 	}
 	s := sums(bestD.Float32(), bestM.Float32())
 	bestErr := s.err(float64(bestD.Float32()), float64(bestM.Float32()))
+	if lr != nil {
+		copy(lr.best, codes[:len(w)])
+		lr.kept = true
+	}
 	try := func(d, m float32) {
 		s := sums(d, m)
 		fd, fm, ok := s.fit()
@@ -215,6 +247,9 @@ func chooseAsym(w, imp []float32, levels int32, search bool, codes []int32) (hal
 		hd, hm := half.FromFloat32(float32(fd)), half.FromFloat32(float32(fm))
 		if e := s.err(float64(hd.Float32()), float64(hm.Float32())); e < bestErr {
 			bestD, bestM, bestErr = hd, hm, e
+			if lr != nil {
+				copy(lr.best, codes[:len(w)])
+			}
 		}
 	}
 	span := hi - lo

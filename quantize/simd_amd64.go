@@ -26,3 +26,9 @@ func dotQ3KAVX2(q *byte, x *float32, sc *float32, n int) float32
 
 //go:noescape
 func asymCodesWeightedAVX2(w, imp *float32, n int, m, inv, top float32, codes *int32) (sq, sqq, sqw float32)
+
+//go:noescape
+func asymCodesFactoredAVX2(w, imp, u *float32, n int, m, inv, top float32, codes *int32, proj *float32) (sq, sqq, sqw float32)
+
+//go:noescape
+func factorDotsAVX2(u, w *float32, out *float32)

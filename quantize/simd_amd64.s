@@ -539,3 +539,126 @@ wdone:
 	VZEROUPPER
 	MOVSS X10, sqw+56(FP)
 	RET
+
+// func asymCodesFactoredAVX2(w, imp, u *float32, n int, m, inv, top float32, codes *int32, proj *float32) (sq, sqq, sqw float32)
+// asymCodesWeightedAVX2 over n (a multiple of 8, at most 32) weights of one
+// block, also writing proj[j] = Σ u[32j+i]·q_i for the block's 4 factor
+// rows (FactorRank).
+TEXT ·asymCodesFactoredAVX2(SB), NOSPLIT, $0-76
+	MOVQ w+0(FP), SI
+	MOVQ imp+8(FP), BX
+	MOVQ u+16(FP), R8
+	MOVQ n+24(FP), CX
+	MOVQ codes+48(FP), DI
+	MOVQ proj+56(FP), DX
+	VBROADCASTSS m+32(FP), Y1
+	VBROADCASTSS inv+36(FP), Y2
+	VBROADCASTSS top+40(FP), Y3
+	VXORPS Y4, Y4, Y4
+	MOVL $0x3f000000, AX        // 0.5
+	VMOVD AX, X5
+	VPBROADCASTD X5, Y5
+	VXORPS Y7, Y7, Y7           // u₀·q
+	VXORPS Y8, Y8, Y8           // Σimp·q
+	VXORPS Y9, Y9, Y9           // Σimp·q²
+	VXORPS Y10, Y10, Y10        // Σimp·q·w
+	VXORPS Y11, Y11, Y11        // u₁·q
+	VXORPS Y13, Y13, Y13        // u₂·q
+	VXORPS Y15, Y15, Y15        // u₃·q
+	SHRQ $3, CX
+	JZ   fdone
+
+floop:
+	VMOVUPS (SI), Y0
+	VSUBPS Y1, Y0, Y6
+	VMULPS Y2, Y6, Y6
+	VMAXPS Y4, Y6, Y6
+	VMINPS Y3, Y6, Y6
+	VADDPS Y5, Y6, Y6
+	VCVTTPS2DQ Y6, Y6
+	VMOVDQU Y6, (DI)
+	VCVTDQ2PS Y6, Y12
+	VMULPS (BX), Y12, Y14
+	VADDPS Y14, Y8, Y8
+	VFMADD231PS Y12, Y14, Y9
+	VFMADD231PS Y0, Y14, Y10
+	VFMADD231PS (R8), Y12, Y7
+	VFMADD231PS 128(R8), Y12, Y11
+	VFMADD231PS 256(R8), Y12, Y13
+	VFMADD231PS 384(R8), Y12, Y15
+	ADDQ $32, SI
+	ADDQ $32, BX
+	ADDQ $32, DI
+	ADDQ $32, R8
+	DECQ CX
+	JNZ  floop
+
+fdone:
+	VEXTRACTF128 $1, Y8, X6
+	VADDPS X6, X8, X8
+	VHADDPS X8, X8, X8
+	VHADDPS X8, X8, X8
+	MOVSS X8, sq+64(FP)
+	VEXTRACTF128 $1, Y9, X6
+	VADDPS X6, X9, X9
+	VHADDPS X9, X9, X9
+	VHADDPS X9, X9, X9
+	MOVSS X9, sqq+68(FP)
+	VEXTRACTF128 $1, Y10, X6
+	VADDPS X6, X10, X10
+	VHADDPS X10, X10, X10
+	VHADDPS X10, X10, X10
+	MOVSS X10, sqw+72(FP)
+	VEXTRACTF128 $1, Y7, X6
+	VADDPS X6, X7, X7
+	VHADDPS X7, X7, X7
+	VHADDPS X7, X7, X7
+	MOVSS X7, 0(DX)
+	VEXTRACTF128 $1, Y11, X6
+	VADDPS X6, X11, X11
+	VHADDPS X11, X11, X11
+	VHADDPS X11, X11, X11
+	MOVSS X11, 4(DX)
+	VEXTRACTF128 $1, Y13, X6
+	VADDPS X6, X13, X13
+	VHADDPS X13, X13, X13
+	VHADDPS X13, X13, X13
+	MOVSS X13, 8(DX)
+	VEXTRACTF128 $1, Y15, X6
+	VADDPS X6, X15, X15
+	VHADDPS X15, X15, X15
+	VHADDPS X15, X15, X15
+	VZEROUPPER
+	MOVSS X15, 12(DX)
+	RET
+
+// func factorDotsAVX2(u, w *float32, out *float32)
+// out[j] = Σ u[32j+i]·w[i] over i < 32, for the 4 factor rows (FactorRank)
+// of one block.
+TEXT ·factorDotsAVX2(SB), NOSPLIT, $0-24
+	MOVQ u+0(FP), SI
+	MOVQ w+8(FP), DI
+	MOVQ out+16(FP), DX
+	VMOVUPS (DI), Y0
+	VMOVUPS 32(DI), Y1
+	VMOVUPS 64(DI), Y2
+	VMOVUPS 96(DI), Y3
+	MOVQ $4, CX
+
+dloop:
+	VMULPS (SI), Y0, Y4
+	VMULPS 32(SI), Y1, Y5
+	VFMADD231PS 64(SI), Y2, Y4
+	VFMADD231PS 96(SI), Y3, Y5
+	VADDPS Y5, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VADDPS X5, X4, X4
+	VHADDPS X4, X4, X4
+	VHADDPS X4, X4, X4
+	MOVSS X4, (DX)
+	ADDQ $128, SI
+	ADDQ $4, DX
+	DECQ CX
+	JNZ  dloop
+	VZEROUPPER
+	RET

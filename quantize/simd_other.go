@@ -32,3 +32,11 @@ func dotQ3KAVX2(q *byte, x *float32, sc *float32, n int) float32 {
 func asymCodesWeightedAVX2(w, imp *float32, n int, m, inv, top float32, codes *int32) (sq, sqq, sqw float32) {
 	panic("quantize: asymCodesWeightedAVX2 without amd64")
 }
+
+func asymCodesFactoredAVX2(w, imp, u *float32, n int, m, inv, top float32, codes *int32, proj *float32) (sq, sqq, sqw float32) {
+	panic("quantize: asymCodesFactoredAVX2 without amd64")
+}
+
+func factorDotsAVX2(u, w *float32, out *float32) {
+	panic("quantize: factorDotsAVX2 without amd64")
+}

@@ -262,7 +262,7 @@ func quantizeModel(ctx context.Context, ref *model.Model, plan map[string]calib.
 		switch ref.Config.TensorRole(name) {
 		case model.RoleLinear:
 			c := plan[name]
-			jobs = append(jobs, job{name, c.Format, quantize.Options{GroupSize: c.Group, Search: true, Importance: st.Importance(name)}})
+			jobs = append(jobs, job{name, c.Format, quantize.Options{GroupSize: c.Group, Search: true, Importance: st.Importance(name), Factors: st.Factors(name)}})
 		case model.RoleEmbedding, model.RoleOutput:
 			jobs = append(jobs, job{name, quantize.Q8, quantize.Options{GroupSize: quantize.Q8.TableGroupSize(), Search: true}})
 		}
