@@ -159,7 +159,7 @@ func planMix(ctx context.Context, set *safetensors.Set, plans []*tensorPlan, s s
 			if err != nil {
 				return err
 			}
-			if costs[i], err = calib.Measure(gctx, s.stats, p.name, w, p.rows, p.cols, cands); err != nil {
+			if costs[i], err = calib.Measure(gctx, s.stats, p.name, w, p.rows, p.cols, cands, s.gptq); err != nil {
 				return fmt.Errorf("tensor %s: %w", p.name, err)
 			}
 			bar.Add(1)

@@ -157,7 +157,7 @@ func Sweep(ctx context.Context, ref *model.Model, tok tokenizer.Tokenizer, opts 
 	if window <= 0 {
 		window = 256
 	}
-	var costs []calib.Costs
+	costs := map[bool][]calib.Costs{} // by compensation
 	cands := calib.Candidates()
 	var rows []SweepRow
 	for i, v := range variants {
@@ -172,17 +172,19 @@ func Sweep(ctx context.Context, ref *model.Model, tok tokenizer.Tokenizer, opts 
 			continue // a block format whose blocks the model's rows are not whole numbers of
 		}
 		if v.TargetBits > 0 {
-			if costs == nil {
+			cs := costs[v.Compensated]
+			if cs == nil {
 				var err error
-				if costs, err = mixCosts(ctx, ref, opts.Calib, cands, opts.Workers); err != nil {
+				if cs, err = mixCosts(ctx, ref, opts.Calib, cands, v.Compensated, opts.Workers); err != nil {
 					return nil, err
 				}
+				costs[v.Compensated] = cs
 			}
-			pick, err := calib.Mix(costs, v.TargetBits)
+			pick, err := calib.Mix(cs, v.TargetBits)
 			if err != nil {
 				return nil, fmt.Errorf("validate: sweep: %s: %w", v.Name, err)
 			}
-			for t, c := range costs {
+			for t, c := range cs {
 				plan[c.Name] = cands[pick[t]]
 			}
 		}
@@ -220,8 +222,9 @@ func linearNames(ref *model.Model) []string {
 	return names
 }
 
-// mixCosts measures every linear weight of ref at every candidate.
-func mixCosts(ctx context.Context, ref *model.Model, st *calib.Stats, cands []calib.Candidate, workers int) ([]calib.Costs, error) {
+// mixCosts measures every linear weight of ref at every candidate, with
+// compensate as the variant will store it.
+func mixCosts(ctx context.Context, ref *model.Model, st *calib.Stats, cands []calib.Candidate, compensate bool, workers int) ([]calib.Costs, error) {
 	names := linearNames(ref)
 	costs := make([]calib.Costs, len(names))
 	g, gctx := errgroup.WithContext(ctx)
@@ -236,7 +239,7 @@ func mixCosts(ctx context.Context, ref *model.Model, st *calib.Stats, cands []ca
 			for _, r := range calib.SampleRows(w.Rows) {
 				sample = append(sample, w.F32[r*w.Cols:(r+1)*w.Cols]...)
 			}
-			c, err := calib.Measure(gctx, st, name, sample, w.Rows, w.Cols, cands)
+			c, err := calib.Measure(gctx, st, name, sample, w.Rows, w.Cols, cands, compensate)
 			costs[i] = c
 			return err
 		})
