@@ -85,17 +85,27 @@ func SampleRows(n int) []int {
 	return idx
 }
 
+// MeasureOptions tune Measure.
+type MeasureOptions struct {
+	// Compensate quantizes with each column's error compensated
+	// (Stats.Compensation) in the formats that take it, as the tensor
+	// will be stored.
+	Compensate bool
+	// Sensitivity, when it has the tensor, scales its costs so that its
+	// probe's is the divergence measured (MeasureSensitivity).
+	Sensitivity *Sensitivity
+}
+
 // Measure quantizes w, the rows SampleRows(rows) of the [rows, cols]
 // tensor name (len(w) a multiple of cols), to each candidate with the
-// search weighted by st's importance (nil: uniform), and with compensate
-// each column's error compensated (Stats.Compensation) in the formats
-// that take it, as the tensor will be stored; and returns the tensor's
-// costs: each candidate's relative error times the tensor's gain
-// (Stats.Gain). Where st holds the tensor's Hessian H the cost is the
+// search weighted by st's importance (nil: uniform), and returns the
+// tensor's costs: each candidate's relative error times the tensor's gain
+// (Stats.Gain). Where st holds the tensor's Hessian H the error is the
 // output's noise-to-signal ratio instead, Σ Δw H Δwᵀ over Σ w H wᵀ: what
 // compensation lowers (it moves error between correlated columns, which
-// a per-column weighting cannot see), without the gain.
-func Measure(ctx context.Context, st *Stats, name string, w []float32, rows, cols int, cands []Candidate, compensate bool) (Costs, error) {
+// a per-column weighting cannot see), without the gain. With the tensor's
+// sensitivity, the errors are scaled to the divergence it measured.
+func Measure(ctx context.Context, st *Stats, name string, w []float32, rows, cols int, cands []Candidate, o MeasureOptions) (Costs, error) {
 	if cols <= 0 || len(w) == 0 || len(w)%cols != 0 {
 		return Costs{}, fmt.Errorf("calib: %s: %d sampled values are not rows of %d", name, len(w), cols)
 	}
@@ -110,19 +120,34 @@ func Measure(ctx context.Context, st *Stats, name string, w []float32, rows, col
 	c := Costs{Name: name, Params: int64(rows) * int64(cols), Bits: make([]float64, len(cands)), Err: make([]float64, len(cands))}
 	var u []float32
 	var order []int
-	if compensate {
+	if o.Compensate {
 		var err error
 		if u, order, err = st.Compensation(name); err != nil {
 			return c, err
 		}
 	}
 	ref := errorOf(w, nil, imp, h, cols)
-	for k, cand := range cands {
+	relErr := func(cand Candidate) (*quantize.Tensor, float64, error) {
 		opt := quantize.Options{GroupSize: cand.Group, Search: true, Importance: imp}
 		if u != nil && cand.Format.Compensable() {
 			opt.Compensate, opt.CompensateOrder = u, order
 		}
 		q, err := quantize.Quantize(ctx, cand.Format, w, n, cols, opt)
+		if err != nil {
+			return nil, 0, err
+		}
+		return q, gain * errorOf(w, q.Dequantize(), imp, h, cols) / max(ref, math.SmallestNonzeroFloat64), nil
+	}
+	scale := 1.0
+	if kld, ok := o.Sensitivity.kld(name); ok {
+		_, e, err := relErr(o.Sensitivity.Probe)
+		if err != nil {
+			return c, fmt.Errorf("calib: %s: its sensitivity probe: %w", name, err)
+		}
+		scale = kld / max(e, math.SmallestNonzeroFloat64)
+	}
+	for k, cand := range cands {
+		q, e, err := relErr(cand)
 		if err != nil {
 			if ctx.Err() != nil {
 				return c, ctx.Err()
@@ -135,8 +160,7 @@ func Measure(ctx context.Context, st *Stats, name string, w []float32, rows, col
 		if cand.Format.Spec().TensorScale {
 			c.Bits[k] += 32 / float64(c.Params) // the tensor's float32 scale, once for all its rows
 		}
-		e := errorOf(w, q.Dequantize(), imp, h, cols)
-		c.Err[k] = gain * e / max(ref, math.SmallestNonzeroFloat64)
+		c.Err[k] = scale * e
 	}
 	return c, nil
 }

@@ -45,7 +45,7 @@ func TestMeasure(t *testing.T) {
 		t.Fatalf("%d sampled rows of %d, want %d", n, rows, sampleRows)
 	}
 	cands := []Candidate{{quantize.Q2, 32}, {quantize.Q4, 32}, {quantize.Q4, 128}, {quantize.Q8, 32}}
-	c, err := Measure(ctx, nil, "w", sample, rows, cols, cands, false)
+	c, err := Measure(ctx, nil, "w", sample, rows, cols, cands, MeasureOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestMeasure(t *testing.T) {
 	if c.Params != rows*cols || !(c.Err[0] > c.Err[2] && c.Err[2] > c.Err[1] && c.Err[1] > c.Err[3] && c.Err[3] > 0) {
 		t.Errorf("params %d, errors %v: want q2 > q4/g128 > q4 > q8 > 0", c.Params, c.Err)
 	}
-	if _, err := Measure(ctx, nil, "w", sample[:10], rows, cols, cands, false); err == nil {
+	if _, err := Measure(ctx, nil, "w", sample[:10], rows, cols, cands, MeasureOptions{}); err == nil {
 		t.Error("a sample that is not whole rows measured")
 	}
 }
@@ -177,11 +177,11 @@ func TestMeasureCompensated(t *testing.T) {
 	}
 	st := &Stats{MeanSq: map[string][]float32{"w": ms}, Hessian: map[string][]float32{"w": h}, Gain: map[string]float64{"w": 7}}
 	cands := []Candidate{{quantize.Q3S, 0}, {quantize.Q2S, 0}, {quantize.Q4, 32}, {quantize.Q5_0, 0}}
-	plain, err := Measure(ctx, st, "w", w, rows, cols, cands, false)
+	plain, err := Measure(ctx, st, "w", w, rows, cols, cands, MeasureOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	comp, err := Measure(ctx, st, "w", w, rows, cols, cands, true)
+	comp, err := Measure(ctx, st, "w", w, rows, cols, cands, MeasureOptions{Compensate: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,8 +60,10 @@ type SweepOptions struct {
 	// MaxTokens caps the tokens of each text (0: 8192).
 	MaxTokens int
 	// Calib is the calibration of the calibrated variants and mixes (nil:
-	// none may be asked for).
-	Calib *calib.Stats
+	// none may be asked for), and CalibText its text ("": the built-in
+	// one), which the mixes also measure their tensors' sensitivity on.
+	Calib     *calib.Stats
+	CalibText string
 	// Variants are the rows (nil: DefaultVariants(nil)).
 	Variants []SweepVariant
 	// Workers bounds the goroutines quantizing (0: GOMAXPROCS).
@@ -175,7 +177,12 @@ func Sweep(ctx context.Context, ref *model.Model, tok tokenizer.Tokenizer, opts 
 			cs := costs[v.Compensated]
 			if cs == nil {
 				var err error
-				if cs, err = mixCosts(ctx, ref, opts.Calib, cands, v.Compensated, opts.Workers); err != nil {
+				sens, err := calib.MeasureSensitivity(ctx, ref, tok, opts.Calib, calib.SensitivityOptions{Text: opts.CalibText, Compensate: v.Compensated})
+				if err != nil {
+					return nil, fmt.Errorf("validate: sweep: %s: %w", v.Name, err)
+				}
+				mo := calib.MeasureOptions{Compensate: v.Compensated, Sensitivity: sens}
+				if cs, err = mixCosts(ctx, ref, opts.Calib, cands, mo, opts.Workers); err != nil {
 					return nil, err
 				}
 				costs[v.Compensated] = cs
@@ -222,9 +229,8 @@ func linearNames(ref *model.Model) []string {
 	return names
 }
 
-// mixCosts measures every linear weight of ref at every candidate, with
-// compensate as the variant will store it.
-func mixCosts(ctx context.Context, ref *model.Model, st *calib.Stats, cands []calib.Candidate, compensate bool, workers int) ([]calib.Costs, error) {
+// mixCosts measures every linear weight of ref at every candidate (calib.Measure).
+func mixCosts(ctx context.Context, ref *model.Model, st *calib.Stats, cands []calib.Candidate, mo calib.MeasureOptions, workers int) ([]calib.Costs, error) {
 	names := linearNames(ref)
 	costs := make([]calib.Costs, len(names))
 	g, gctx := errgroup.WithContext(ctx)
@@ -239,7 +245,7 @@ func mixCosts(ctx context.Context, ref *model.Model, st *calib.Stats, cands []ca
 			for _, r := range calib.SampleRows(w.Rows) {
 				sample = append(sample, w.F32[r*w.Cols:(r+1)*w.Cols]...)
 			}
-			c, err := calib.Measure(gctx, st, name, sample, w.Rows, w.Cols, cands, compensate)
+			c, err := calib.Measure(gctx, st, name, sample, w.Rows, w.Cols, cands, mo)
 			costs[i] = c
 			return err
 		})
@@ -527,7 +533,7 @@ func SweepDir(ctx context.Context, dir string, o SweepDirOptions) (*SweepReport,
 	for _, t := range texts {
 		rep.Texts = append(rep.Texts, SweepTextInfo{Name: t.Name, SHA256: calib.TextHash(t.Text)})
 	}
-	rep.Rows, err = Sweep(ctx, ref, tok, SweepOptions{Texts: texts, Window: o.Window, MaxTokens: o.MaxTokens, Calib: st,
+	rep.Rows, err = Sweep(ctx, ref, tok, SweepOptions{Texts: texts, Window: o.Window, MaxTokens: o.MaxTokens, Calib: st, CalibText: o.CalibText,
 		Variants: variants, Workers: o.Workers, Progress: o.Progress})
 	if err != nil {
 		return nil, err
