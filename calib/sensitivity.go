@@ -47,7 +47,8 @@ func (s *Sensitivity) kld(name string) (float64, bool) {
 type SensitivityOptions struct {
 	// Text is the calibration text ("": DefaultText).
 	Text string
-	// MaxTokens caps the tokens read (0: DefaultSensitivityTokens).
+	// MaxTokens caps the tokens read (0: SensitivityTokens by the model's
+	// size).
 	MaxTokens int
 	// Compensate stores the probe with each column's error compensated
 	// (Stats.Compensation), as a mix with error compensation stores its
@@ -57,11 +58,26 @@ type SensitivityOptions struct {
 	Progress func(done, total int)
 }
 
-// DefaultSensitivityTokens is what MeasureSensitivity reads of the text by
-// default: it runs the model once for every linear weight, so it reads
-// less than the statistics do; a divergence averaged over a few hundred
-// tokens ranks tensors that differ by tens of percent.
-const DefaultSensitivityTokens = 1024
+// SensitivityTokens is what MeasureSensitivity reads of the text by
+// default for a model of params weights and tensors linear weights: it
+// runs the model once for each of them, so a budget of tokens × weights
+// × tensors (four calibration passes' of DefaultTokens) is shared out,
+// between a floor below which a mean divergence says little and a
+// ceiling that ranks the tensors of a small model as well as the whole
+// text does.
+func SensitivityTokens(params int64, tensors int) int {
+	const budget = 4 * (128 << 30)
+	if params <= 0 || tensors <= 0 {
+		return maxSensitivityTokens
+	}
+	return int(min(max(budget/params/int64(tensors), minSensitivityTokens), maxSensitivityTokens))
+}
+
+// The bounds of SensitivityTokens.
+const (
+	minSensitivityTokens = 16
+	maxSensitivityTokens = 1024
+)
 
 // SensitivityProbe is the format MeasureSensitivity stores each tensor in:
 // one of few bits, whose error the model feels, as a mix below 5 bits
@@ -84,17 +100,10 @@ func MeasureSensitivity(ctx context.Context, m *model.Model, tok tokenizer.Token
 	if err != nil {
 		return nil, fmt.Errorf("calib: sensitivity: encoding the text: %w", err)
 	}
-	ids = ids[:min(len(ids), cmpOr(opts.MaxTokens, DefaultSensitivityTokens))]
-	if len(ids) < 2 {
-		return nil, fmt.Errorf("calib: sensitivity: the calibration text has %d tokens; at least 2 are needed", len(ids))
-	}
-	for _, id := range ids {
-		if id < 0 || id >= m.Config.VocabSize {
-			return nil, fmt.Errorf("calib: sensitivity: the tokenizer gave id %d outside the model's vocabulary of %d", id, m.Config.VocabSize)
-		}
-	}
 	var names []string
+	var params int64
 	for name, w := range m.Weights {
+		params += int64(w.Rows) * int64(w.Cols)
 		if m.Config.TensorRole(name) != model.RoleLinear {
 			continue
 		}
@@ -107,6 +116,19 @@ func MeasureSensitivity(ctx context.Context, m *model.Model, tok tokenizer.Token
 		return nil, errors.New("calib: sensitivity: the model has no linear weights")
 	}
 	slices.Sort(names)
+	maxTok := opts.MaxTokens
+	if maxTok <= 0 {
+		maxTok = SensitivityTokens(params, len(names))
+	}
+	ids = ids[:min(len(ids), maxTok)]
+	if len(ids) < 2 {
+		return nil, fmt.Errorf("calib: sensitivity: the calibration text has %d tokens; at least 2 are needed", len(ids))
+	}
+	for _, id := range ids {
+		if id < 0 || id >= m.Config.VocabSize {
+			return nil, fmt.Errorf("calib: sensitivity: the tokenizer gave id %d outside the model's vocabulary of %d", id, m.Config.VocabSize)
+		}
+	}
 	bos := -1
 	if tokenizer.AddBOS(tok) && tok.BOS() >= 0 && tok.BOS() < m.Config.VocabSize {
 		bos = tok.BOS()
@@ -215,12 +237,4 @@ func meanKLD(ref, q []float32, v int) float64 {
 		sum += max(kld, 0)
 	}
 	return sum / float64(n)
-}
-
-// cmpOr is v, or def when v is not positive.
-func cmpOr(v, def int) int {
-	if v > 0 {
-		return v
-	}
-	return def
 }
