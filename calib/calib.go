@@ -134,21 +134,18 @@ func (s *Stats) Importance(name string) []float32 {
 	return imp
 }
 
-// Compensation is quantize.Options.Compensate and CompensateOrder for
-// name: the columns in quantize.CompensationOrder, and the factor of its
-// inputs' Hessian permuted to it (with Options.Hessians; nil without).
-func (s *Stats) Compensation(name string) (u []float32, order []int, err error) {
+// Compensation is quantize.Options.Compensate for name: the factor of its
+// inputs' Hessian (with Options.Hessians; nil without).
+func (s *Stats) Compensation(name string) ([]float32, error) {
 	if s == nil || s.Hessian[name] == nil {
-		return nil, nil, nil
+		return nil, nil
 	}
 	h := s.Hessian[name]
-	n := int(math.Sqrt(float64(len(h))))
-	order = quantize.CompensationOrder(h, n)
-	u, err = quantize.CompensationFactor(quantize.PermuteHessian(h, n, order), n)
+	u, err := quantize.CompensationFactor(h, int(math.Sqrt(float64(len(h)))))
 	if err != nil {
-		return nil, nil, fmt.Errorf("calib: %s: %w", name, err)
+		return nil, fmt.Errorf("calib: %s: %w", name, err)
 	}
-	return u, order, nil
+	return u, nil
 }
 
 // gain is name's gain, if measured.

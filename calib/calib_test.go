@@ -130,7 +130,7 @@ func TestEveryFamily(t *testing.T) {
 						}
 					}
 				}
-				if u, _, err := st.Compensation(name); err != nil || len(u) != len(h) {
+				if u, err := st.Compensation(name); err != nil || len(u) != len(h) {
 					t.Fatalf("%s: compensation factor of %d values: %v", name, len(u), err)
 				}
 				if g := st.Gain[name]; !(g > 0 && g <= 1) {

@@ -119,10 +119,9 @@ func Measure(ctx context.Context, st *Stats, name string, w []float32, rows, col
 	}
 	c := Costs{Name: name, Params: int64(rows) * int64(cols), Bits: make([]float64, len(cands)), Err: make([]float64, len(cands))}
 	var u []float32
-	var order []int
 	if o.Compensate {
 		var err error
-		if u, order, err = st.Compensation(name); err != nil {
+		if u, err = st.Compensation(name); err != nil {
 			return c, err
 		}
 	}
@@ -130,7 +129,7 @@ func Measure(ctx context.Context, st *Stats, name string, w []float32, rows, col
 	relErr := func(cand Candidate) (*quantize.Tensor, float64, error) {
 		opt := quantize.Options{GroupSize: cand.Group, Search: true, Importance: imp}
 		if u != nil && cand.Format.Compensable() {
-			opt.Compensate, opt.CompensateOrder = u, order
+			opt.Compensate = u
 		}
 		q, err := quantize.Quantize(ctx, cand.Format, w, n, cols, opt)
 		if err != nil {

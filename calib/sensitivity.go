@@ -144,7 +144,7 @@ func MeasureSensitivity(ctx context.Context, m *model.Model, tok tokenizer.Token
 		w := m.Weights[name]
 		opt := quantize.Options{GroupSize: probe.Group, Search: true, Importance: st.Importance(name)}
 		if opts.Compensate && probe.Format.Compensable() {
-			if opt.Compensate, opt.CompensateOrder, err = st.Compensation(name); err != nil {
+			if opt.Compensate, err = st.Compensation(name); err != nil {
 				return nil, err
 			}
 		}

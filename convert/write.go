@@ -140,10 +140,9 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 	}
 	var errSq, refSq float64
 	var tq2Scale float32
-	var compensate []float32 // one factor and order for every chunk of the tensor's rows
-	var order []int
+	var compensate []float32 // one factor for every chunk of the tensor's rows
 	if s.gptq && p.role == model.RoleLinear && p.format.Compensable() {
-		if compensate, order, err = s.stats.Compensation(p.name); err != nil {
+		if compensate, err = s.stats.Compensation(p.name); err != nil {
 			return e, fmt.Errorf("tensor %s: %w", p.name, err)
 		}
 	}
@@ -173,7 +172,7 @@ func convertTensor(ctx context.Context, set *safetensors.Set, w *safetensors.Wri
 		}
 		opt := quantize.Options{GroupSize: p.group, Search: s.search, TensorScale: tensorScale, FirstRow: int(r0)}
 		if p.role == model.RoleLinear {
-			opt.Importance, opt.Compensate, opt.CompensateOrder = s.stats.Importance(p.name), compensate, order
+			opt.Importance, opt.Compensate = s.stats.Importance(p.name), compensate
 		}
 		q, err := quantize.Quantize(ctx, p.format, x, int(nr), int(cols), opt)
 		if err != nil {

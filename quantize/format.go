@@ -321,11 +321,6 @@ type Options struct {
 	// quantized a column at a time, each column's error compensated on the
 	// later ones (gptq.go). Only formats that are Compensable take it.
 	Compensate []float32
-	// CompensateOrder, with Compensate, is the order the columns are
-	// quantized in, a permutation of 0..cols-1 (nil: left to right), and
-	// Compensate is then the factor of the Hessian permuted to it
-	// (PermuteHessian): only which codes are chosen depends on it.
-	CompensateOrder []int
 }
 
 // Tensor is a quantized weight matrix.
@@ -433,7 +428,7 @@ func Quantize(ctx context.Context, f Format, w []float32, rows, cols int, opt Op
 		return nil, fmt.Errorf("quantize: %d importance weights for %d columns", len(opt.Importance), cols)
 	}
 	if opt.Compensate != nil {
-		if err := checkCompensate(f, opt.Compensate, opt.CompensateOrder, cols); err != nil {
+		if err := checkCompensate(f, opt.Compensate, cols); err != nil {
 			return nil, fmt.Errorf("quantize: %w", err)
 		}
 	}

@@ -1,10 +1,8 @@
 package quantize
 
 import (
-	"cmp"
 	"fmt"
 	"math"
-	"slices"
 
 	"lowbit/half"
 )
@@ -38,94 +36,65 @@ func (f Format) Compensable() bool { return compensable(f) }
 type compensator struct {
 	work    []float64
 	seg     []float32
-	deq     []float32
-	codes   []int32
-	chosen  []bool
 	scratch Tensor
 }
 
-// quantizeRow packs row r of t from row, compensating each column's error
-// on the columns quantized after it (Options.Compensate), in the order
-// Options.CompensateOrder gives: a group's scales are chosen when the
-// first of its columns is reached.
+// quantizeRowCompensated packs row r of t from row, compensating each
+// column's error (Options.Compensate).
 func (cp *compensator) quantizeRow(t *Tensor, r int, row []float32, opt *Options, codes []int32) {
 	s := t.Format.spec()
-	cols, u, order := t.Cols, opt.Compensate, opt.CompensateOrder
+	cols, u := t.Cols, opt.Compensate
 	w := cp.work[:cols]
 	for c, v := range row {
 		w[c] = float64(v)
 	}
 	gopt := *opt
-	gopt.Compensate, gopt.CompensateOrder = nil, nil
+	gopt.Compensate = nil
 	rb := t.RowBytes()
 	dst := t.Data[r*rb : (r+1)*rb]
 	ng := t.Groups()
 	gBytes := t.GroupSize / block * s.BlockBytes
-	chosen := cp.chosen[:ng]
-	clear(chosen)
-	q := cp.codes[:ng*t.GroupSize]
-	for i := range q {
-		q[i] = padCode(t.Format)
-	}
-	deq := cp.deq[:cols]
-	for p := range cols {
-		c := p
-		if order != nil {
-			c = order[p]
+	for g := 0; g < ng; g++ {
+		lo, hi := groupBounds(g, t.GroupSize, cols)
+		// The group's scales, from its values as corrected so far.
+		seg := cp.seg[:hi-lo]
+		for i := range seg {
+			seg[i] = float32(w[lo+i])
 		}
-		g := c / t.GroupSize
-		if !chosen[g] {
-			// The group's scales, from its values as corrected so far.
-			lo, hi := groupBounds(g, t.GroupSize, cols)
-			seg := cp.seg[:hi-lo]
-			for i := range seg {
-				seg[i] = float32(w[lo+i])
-			}
-			sc := &cp.scratch
-			sc.Format, sc.Rows, sc.Cols, sc.GroupSize = t.Format, 1, hi-lo, t.GroupSize
-			sc.Data = sc.Data[:sc.RowBytes()]
-			clear(sc.Data)
-			sc.Scales = sc.Scales[:1]
-			sc.Mins = sc.Mins[:0]
-			if s.Mins {
-				sc.Mins = sc.Mins[:1]
-			}
-			if opt.Importance != nil {
-				gopt.Importance = opt.Importance[lo:hi]
-			}
-			s.quantizeRow(sc, 0, seg, &gopt, codes)
-			t.Scales[r*ng+g] = sc.Scales[0]
-			if s.Mins {
-				t.Mins[r*ng+g] = sc.Mins[0]
-			}
-			chosen[g] = true
-		}
-		d, m := t.Scales[r*ng+g].Float32(), float32(0)
+		sc := &cp.scratch
+		sc.Format, sc.Rows, sc.Cols, sc.GroupSize = t.Format, 1, hi-lo, t.GroupSize
+		sc.Data = sc.Data[:sc.RowBytes()]
+		clear(sc.Data)
+		sc.Scales = sc.Scales[:1]
+		sc.Mins = sc.Mins[:0]
 		if s.Mins {
-			m = t.Mins[r*ng+g].Float32()
+			sc.Mins = sc.Mins[:1]
 		}
-		qc := compensableCode(t.Format, float32(w[c]), d, m)
-		q[c] = qc
-		v := d*float32(qc) + m // as DequantizeRow computes it (m is 0 without Mins)
-		deq[c] = v
-		e := (w[c] - float64(v)) / float64(u[p*cols+p])
-		ur := u[p*cols : (p+1)*cols]
-		if order == nil {
-			for k := p + 1; k < cols; k++ {
+		if opt.Importance != nil {
+			gopt.Importance = opt.Importance[lo:hi]
+		}
+		s.quantizeRow(sc, 0, seg, &gopt, codes)
+		t.Scales[r*ng+g] = sc.Scales[0]
+		d, m := sc.Scales[0].Float32(), float32(0)
+		if s.Mins {
+			t.Mins[r*ng+g] = sc.Mins[0]
+			m = sc.Mins[0].Float32()
+		}
+		for c := lo; c < hi; c++ {
+			q := compensableCode(t.Format, float32(w[c]), d, m)
+			codes[c-lo] = q
+			v := d*float32(q) + m // as DequantizeRow computes it (m is 0 without Mins)
+			t.addErr(row[c], v)
+			e := (w[c] - float64(v)) / float64(u[c*cols+c])
+			ur := u[c*cols : (c+1)*cols]
+			for k := c + 1; k < cols; k++ {
 				w[k] -= e * float64(ur[k])
 			}
-		} else {
-			for k := p + 1; k < cols; k++ {
-				w[order[k]] -= e * float64(ur[k])
-			}
 		}
-	}
-	for c, v := range deq {
-		t.addErr(row[c], v) // in row-major order, whatever the order quantized in
-	}
-	for g := range ng {
-		lo, _ := groupBounds(g, t.GroupSize, cols)
-		packGroup(t.Format, dst, g*gBytes, lo, q[lo:lo+t.GroupSize])
+		for i := hi - lo; i < t.GroupSize; i++ {
+			codes[i] = padCode(t.Format)
+		}
+		packGroup(t.Format, dst, g*gBytes, lo, codes[:t.GroupSize])
 	}
 }
 
@@ -177,10 +146,9 @@ func packGroup(f Format, dst []byte, off, lo int, codes []int32) {
 	}
 }
 
-// checkCompensate checks Options.Compensate and CompensateOrder against a
-// tensor of cols columns in f: the format, the sizes, a positive finite
-// diagonal, and an order that is a permutation.
-func checkCompensate(f Format, u []float32, order []int, cols int) error {
+// checkCompensate checks Options.Compensate against a tensor of cols
+// columns in f: the format, the size, and a positive finite diagonal.
+func checkCompensate(f Format, u []float32, cols int) error {
 	if !compensable(f) {
 		return fmt.Errorf("%s does not support error compensation", f)
 	}
@@ -192,56 +160,13 @@ func checkCompensate(f Format, u []float32, order []int, cols int) error {
 			return fmt.Errorf("compensation factor's diagonal entry %d is %v, not a positive number", c, d)
 		}
 	}
-	if order == nil {
-		return nil
-	}
-	if len(order) != cols {
-		return fmt.Errorf("a compensation order of %d columns for %d", len(order), cols)
-	}
-	seen := make([]bool, cols)
-	for p, c := range order {
-		if c < 0 || c >= cols || seen[c] {
-			return fmt.Errorf("compensation order entry %d is column %d: not a permutation of 0..%d", p, c, cols-1)
-		}
-		seen[c] = true
-	}
 	return nil
-}
-
-// CompensationOrder is the order error compensation quantizes a tensor's
-// columns in, given its inputs' Hessian h ([n, n]): by descending diagonal
-// (GPTQ's act-order), so the columns whose errors cost the output most
-// are rounded first, while the most columns are left to take up their
-// error, and the least important last. Ties keep the columns' order.
-func CompensationOrder(h []float32, n int) []int {
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(h[b*n+b], h[a*n+a]) })
-	return order
-}
-
-// PermuteHessian is h ([n, n]) with its rows and columns in order: entry
-// (i, j) is h's (order[i], order[j]), the Hessian whose factor
-// (CompensationFactor) goes with Options.CompensateOrder.
-func PermuteHessian(h []float32, n int, order []int) []float32 {
-	out := make([]float32, n*n)
-	for i, oi := range order {
-		for j, oj := range order {
-			out[i*n+j] = h[oi*n+oj]
-		}
-	}
-	return out
 }
 
 // newCompensator allocates the scratch of compensated rows of cols columns.
 func newCompensator(cols, group int) *compensator {
-	g := max(group, block) // a super-block format has no groups
-	n := (cols + g - 1) / g * g
-	return &compensator{work: make([]float64, cols), seg: make([]float32, group), deq: make([]float32, cols),
-		codes: make([]int32, n), chosen: make([]bool, (cols+15)/16), scratch: Tensor{
-			Data: make([]byte, group), Scales: make([]half.Float16, 1), Mins: make([]half.Float16, 1)}}
+	return &compensator{work: make([]float64, cols), seg: make([]float32, group), scratch: Tensor{
+		Data: make([]byte, group), Scales: make([]half.Float16, 1), Mins: make([]half.Float16, 1)}}
 }
 
 // compensationDamp is added to the Hessian's diagonal, times its mean, before

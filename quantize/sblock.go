@@ -232,64 +232,47 @@ func quantizeSblockRow(t *Tensor, r int, row []float32, opt *Options, codes []in
 	}
 }
 
-// quantizeSblockRow is quantizeSblockRow with each column's error
-// compensated on the columns quantized after it (gptq.go), in the order
-// Options.CompensateOrder gives: a sub-block's byte is chosen when the
-// first of its columns is reached, from the row as corrected so far.
+// quantizeSblockRowCompensated is quantizeSblockRow with each column's
+// error compensated on the later ones (gptq.go): a sub-block's byte is
+// chosen when its first column is reached, from the row as corrected so
+// far.
 func (cp *compensator) quantizeSblockRow(t *Tensor, r int, row []float32, opt *Options, codes []int32) {
 	s := t.Format.spec()
 	l := s.sblock
-	cols, u, order := t.Cols, opt.Compensate, opt.CompensateOrder
+	cols, u := t.Cols, opt.Compensate
 	w := cp.work[:cols]
 	for c, v := range row {
 		w[c] = float64(v)
 	}
 	dst := t.rowData(r)
 	top := l.levels()
-	nsub := (cols + 15) / 16
-	chosen := cp.chosen[:nsub]
-	clear(chosen)
-	q := cp.codes[:(cols+block-1)/block*block]
-	clear(q)
-	deq := cp.deq[:cols]
-	var ones, seg [16]float32
-	for p := range cols {
-		c := p
-		if order != nil {
-			c = order[p]
-		}
-		j := c / 16
-		bi := j/2*s.BlockBytes + j%2 // the sub-block's byte
-		if !chosen[j] {
-			lo, hi := 16*j, min(16*j+16, cols)
+	var ones [16]float32
+	var seg [16]float32
+	var q [32]int32
+	for b := 0; b*block < cols; b++ {
+		blk := dst[b*s.BlockBytes : (b+1)*s.BlockBytes]
+		q = [32]int32{}
+		for j := range 2 {
+			lo, hi := min(b*block+16*j, cols), min(b*block+16*j+16, cols)
 			for i := range hi - lo {
 				seg[i] = float32(w[lo+i])
 			}
-			dst[bi] = l.chooseSub(seg[:hi-lo], sblockImportance(opt.Importance, lo, hi, ones[:]), t.Scale, opt.Search, codes).b
-			chosen[j] = true
-		}
-		ds, m := l.params(dst[bi], t.Scale)
-		qc := sblockRound(float32(w[c]), ds, m, top)
-		q[c] = qc
-		v := float32(ds*float32(qc)) + m // as DequantizeRow computes it
-		deq[c] = v
-		e := (w[c] - float64(v)) / float64(u[p*cols+p])
-		ur := u[p*cols : (p+1)*cols]
-		if order == nil {
-			for k := p + 1; k < cols; k++ {
-				w[k] -= e * float64(ur[k])
-			}
-		} else {
-			for k := p + 1; k < cols; k++ {
-				w[order[k]] -= e * float64(ur[k])
+			sub := l.chooseSub(seg[:hi-lo], sblockImportance(opt.Importance, lo, hi, ones[:]), t.Scale, opt.Search, codes)
+			blk[j] = sub.b
+			ds, m := l.params(sub.b, t.Scale)
+			for c := lo; c < hi; c++ {
+				qc := sblockRound(float32(w[c]), ds, m, top)
+				q[c-b*block] = qc
+				v := float32(ds*float32(qc)) + m // as DequantizeRow computes it
+				t.addErr(row[c], v)
+				e := (w[c] - float64(v)) / float64(u[c*cols+c])
+				ur := u[c*cols : (c+1)*cols]
+				for k := c + 1; k < cols; k++ {
+					w[k] -= e * float64(ur[k])
+				}
 			}
 		}
-	}
-	for c, v := range deq {
-		t.addErr(row[c], v) // in row-major order, whatever the order quantized in
-	}
-	for b := 0; b*block < cols; b++ {
-		l.pack(dst[b*s.BlockBytes+2:(b+1)*s.BlockBytes], (*[32]int32)(q[b*block:(b+1)*block]))
+		l.pack(blk[2:], &q)
 	}
 }
 

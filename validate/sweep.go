@@ -286,11 +286,11 @@ func quantizeModel(ctx context.Context, ref *model.Model, plan map[string]calib.
 				return fmt.Errorf("weight %s is not float", j.name)
 			}
 			if compensate && ref.Config.TensorRole(j.name) == model.RoleLinear && j.f.Compensable() {
-				u, order, err := st.Compensation(j.name)
+				u, err := st.Compensation(j.name)
 				if err != nil {
 					return err
 				}
-				j.opt.Compensate, j.opt.CompensateOrder = u, order
+				j.opt.Compensate = u
 			}
 			q, err := quantize.Quantize(gctx, j.f, w.F32, w.Rows, w.Cols, j.opt)
 			if err != nil {
