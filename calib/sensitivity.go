@@ -61,16 +61,22 @@ type SensitivityOptions struct {
 // SensitivityTokens is what MeasureSensitivity reads of the text by
 // default for a model of params weights and tensors linear weights: it
 // runs the model once for each of them, so a budget of tokens × weights
-// × tensors (four calibration passes' of DefaultTokens) is shared out,
-// between a floor below which a mean divergence says little and a
-// ceiling that ranks the tensors of a small model as well as the whole
-// text does.
+// × tensors (four calibration passes' of DefaultTokens) is shared out, up
+// to a ceiling that ranks the tensors of a small model as well as the
+// whole text does; 0 where the share is below a floor under which a mean
+// divergence says little (a model of billions of weights), so the
+// measurement is left out rather than made to cost many times the
+// conversion.
 func SensitivityTokens(params int64, tensors int) int {
 	const budget = 4 * (128 << 30)
 	if params <= 0 || tensors <= 0 {
 		return maxSensitivityTokens
 	}
-	return int(min(max(budget/params/int64(tensors), minSensitivityTokens), maxSensitivityTokens))
+	n := budget / params / int64(tensors)
+	if n < minSensitivityTokens {
+		return 0
+	}
+	return int(min(n, maxSensitivityTokens))
 }
 
 // The bounds of SensitivityTokens.
@@ -87,7 +93,9 @@ var SensitivityProbe = Candidate{Format: quantize.Q3S}
 // MeasureSensitivity runs m (float weights) over the calibration text once
 // as it is, then once for each linear weight with that weight alone in
 // SensitivityProbe (its search weighted by st), and returns each weight's
-// mean KL divergence from the float model.
+// mean KL divergence from the float model; nil, without error, when m is
+// too large for the default budget (SensitivityTokens) and
+// opts.MaxTokens does not set one.
 func MeasureSensitivity(ctx context.Context, m *model.Model, tok tokenizer.Tokenizer, st *Stats, opts SensitivityOptions) (*Sensitivity, error) {
 	text := opts.Text
 	if text == "" {
@@ -118,7 +126,9 @@ func MeasureSensitivity(ctx context.Context, m *model.Model, tok tokenizer.Token
 	slices.Sort(names)
 	maxTok := opts.MaxTokens
 	if maxTok <= 0 {
-		maxTok = SensitivityTokens(params, len(names))
+		if maxTok = SensitivityTokens(params, len(names)); maxTok == 0 {
+			return nil, nil
+		}
 	}
 	ids = ids[:min(len(ids), maxTok)]
 	if len(ids) < 2 {

@@ -25,8 +25,9 @@ func TestSensitivityTokens(t *testing.T) {
 		{0, 7, maxSensitivityTokens},
 		{260_000, 35, maxSensitivityTokens},
 		{100 << 20, 64, 81},
-		{1_100_000_000, 154, minSensitivityTokens},
-		{7e9, 224, minSensitivityTokens},
+		{256 << 20, 128, minSensitivityTokens},
+		{1_100_000_000, 154, 0},
+		{7e9, 224, 0},
 	} {
 		if got := SensitivityTokens(tc.params, tc.tensors); got != tc.want {
 			t.Errorf("SensitivityTokens(%d, %d) = %d, want %d", tc.params, tc.tensors, got, tc.want)
