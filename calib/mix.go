@@ -13,14 +13,16 @@ import (
 
 // Mixed precision: given a target of bits per linear weight, each linear
 // weight gets the format, among the candidates, that spends the bits where
-// they lower the error most. A tensor's cost at a format is its
-// importance-weighted squared error over its importance-weighted squared
-// weights (the noise-to-signal ratio of its output over the calibration
-// text, which puts a small tensor, GQA's k and v, on the same footing as a
-// large one: the model reads each output whole, whatever the tensor's
-// size), times its block's gain (Stats.Gain: how much of what the next
-// layer reads the block wrote), so that a block that adds little to the
-// residual stream is not given the bits of one that adds much.
+// they lower the error most. A tensor's cost at a format is the
+// noise-to-signal ratio of its output over the calibration text, which
+// puts a small tensor, GQA's k and v, on the same footing as a large one
+// (the model reads each output whole, whatever the tensor's size): with
+// the inputs' Hessians, measured on the output itself as the tensor will
+// be stored (compensated or not); without them, its importance-weighted
+// squared error over its importance-weighted squared weights, times its
+// block's gain (Stats.Gain: how much of what the next layer reads the
+// block wrote), so that a block that adds little to the residual stream
+// is not given the bits of one that adds much.
 
 // Candidate is one way a mixed model may store a linear weight.
 type Candidate struct {
@@ -83,27 +85,68 @@ func SampleRows(n int) []int {
 	return idx
 }
 
+// MeasureOptions tune Measure.
+type MeasureOptions struct {
+	// Compensate quantizes with each column's error compensated
+	// (Stats.Compensation) in the formats that take it, as the tensor
+	// will be stored.
+	Compensate bool
+	// Sensitivity, when it has the tensor, scales its costs so that its
+	// probe's is the divergence measured (MeasureSensitivity).
+	Sensitivity *Sensitivity
+}
+
 // Measure quantizes w, the rows SampleRows(rows) of the [rows, cols]
 // tensor name (len(w) a multiple of cols), to each candidate with the
 // search weighted by st's importance (nil: uniform), and returns the
-// tensor's costs: each candidate's weighted relative error times the
-// tensor's gain (Stats.Gain).
-func Measure(ctx context.Context, st *Stats, name string, w []float32, rows, cols int, cands []Candidate) (Costs, error) {
+// tensor's costs: each candidate's relative error times the tensor's gain
+// (Stats.Gain). Where st holds the tensor's Hessian H the error is the
+// output's noise-to-signal ratio instead, Σ Δw H Δwᵀ over Σ w H wᵀ: what
+// compensation lowers (it moves error between correlated columns, which
+// a per-column weighting cannot see), without the gain. With the tensor's
+// sensitivity, the errors are scaled to the divergence it measured.
+func Measure(ctx context.Context, st *Stats, name string, w []float32, rows, cols int, cands []Candidate, o MeasureOptions) (Costs, error) {
 	if cols <= 0 || len(w) == 0 || len(w)%cols != 0 {
 		return Costs{}, fmt.Errorf("calib: %s: %d sampled values are not rows of %d", name, len(w), cols)
 	}
 	n := len(w) / cols
 	imp, gain := st.Importance(name), 1.0
-	if g, ok := st.gain(name); ok {
+	var h []float32
+	if st != nil && len(st.Hessian[name]) == cols*cols {
+		h = st.Hessian[name]
+	} else if g, ok := st.gain(name); ok {
 		gain = g
 	}
 	c := Costs{Name: name, Params: int64(rows) * int64(cols), Bits: make([]float64, len(cands)), Err: make([]float64, len(cands))}
-	var ref float64
-	for i, v := range w {
-		ref += weight(imp, i%cols) * float64(v) * float64(v)
+	var u []float32
+	if o.Compensate {
+		var err error
+		if u, err = st.Compensation(name); err != nil {
+			return c, err
+		}
+	}
+	ref := errorOf(w, nil, imp, h, cols)
+	relErr := func(cand Candidate) (*quantize.Tensor, float64, error) {
+		opt := quantize.Options{GroupSize: cand.Group, Search: true, Importance: imp}
+		if u != nil && cand.Format.Compensable() {
+			opt.Compensate = u
+		}
+		q, err := quantize.Quantize(ctx, cand.Format, w, n, cols, opt)
+		if err != nil {
+			return nil, 0, err
+		}
+		return q, gain * errorOf(w, q.Dequantize(), imp, h, cols) / max(ref, math.SmallestNonzeroFloat64), nil
+	}
+	scale := 1.0
+	if kld, ok := o.Sensitivity.kld(name); ok {
+		_, e, err := relErr(o.Sensitivity.Probe)
+		if err != nil {
+			return c, fmt.Errorf("calib: %s: its sensitivity probe: %w", name, err)
+		}
+		scale = kld / max(e, math.SmallestNonzeroFloat64)
 	}
 	for k, cand := range cands {
-		q, err := quantize.Quantize(ctx, cand.Format, w, n, cols, quantize.Options{GroupSize: cand.Group, Search: true, Importance: imp})
+		q, e, err := relErr(cand)
 		if err != nil {
 			if ctx.Err() != nil {
 				return c, ctx.Err()
@@ -116,15 +159,42 @@ func Measure(ctx context.Context, st *Stats, name string, w []float32, rows, col
 		if cand.Format.Spec().TensorScale {
 			c.Bits[k] += 32 / float64(c.Params) // the tensor's float32 scale, once for all its rows
 		}
-		dq := q.Dequantize()
-		var e float64
-		for i, v := range w {
-			d := float64(dq[i]) - float64(v)
-			e += weight(imp, i%cols) * d * d
-		}
-		c.Err[k] = gain * e / max(ref, math.SmallestNonzeroFloat64)
+		c.Err[k] = scale * e
 	}
 	return c, nil
+}
+
+// errorOf is Σ d H dᵀ over the rows d of w - dq (dq nil: of w itself)
+// with h ([cols, cols]) set, else Σ imp d².
+func errorOf(w, dq, imp, h []float32, cols int) float64 {
+	d := make([]float64, cols)
+	var e float64
+	for r := 0; r+cols <= len(w); r += cols {
+		for c := range d {
+			d[c] = float64(w[r+c])
+			if dq != nil {
+				d[c] -= float64(dq[r+c])
+			}
+		}
+		if h == nil {
+			for c, v := range d {
+				e += weight(imp, c) * v * v
+			}
+			continue
+		}
+		for i, di := range d {
+			if di == 0 {
+				continue
+			}
+			hr := h[i*cols : (i+1)*cols]
+			var s float64
+			for j, dj := range d {
+				s += float64(hr[j]) * dj
+			}
+			e += di * s
+		}
+	}
+	return e
 }
 
 func weight(imp []float32, c int) float64 {

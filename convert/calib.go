@@ -51,10 +51,10 @@ func noCalibration(s settings, plans []*tensorPlan) string {
 // weights are first checked as conversion checks them (so a bad weight is
 // reported by tensor and place, not as a NaN in the calibration), and,
 // with --allow-nonfinite, a NaN or Inf runs as 0, as it will be stored.
-func calibrate(ctx context.Context, dir string, plans []*tensorPlan, s settings, progress io.Writer) (*calib.Stats, error) {
+func calibrate(ctx context.Context, dir string, plans []*tensorPlan, s settings, progress io.Writer) (*calib.Stats, *calib.Sensitivity, error) {
 	m, err := model.Load(ctx, dir, model.LoadOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("calibrate: %w", err)
+		return nil, nil, fmt.Errorf("calibrate: %w", err)
 	}
 	for _, p := range plans {
 		w := m.Weights[p.name]
@@ -62,7 +62,7 @@ func calibrate(ctx context.Context, dir string, plans []*tensorPlan, s settings,
 			continue
 		}
 		if err := checkFinite(p, w.F32, 0, int64(w.Cols), s.allowNonFinite); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		formats := []quantize.Format{p.format}
 		if p.role == model.RoleLinear && s.target > 0 {
@@ -72,12 +72,12 @@ func calibrate(ctx context.Context, dir string, plans []*tensorPlan, s settings,
 			}
 		}
 		if err := storable(w.F32, w.Cols, formats); err != nil {
-			return nil, fmt.Errorf("tensor %s: quantize: %w", p.name, err)
+			return nil, nil, fmt.Errorf("tensor %s: quantize: %w", p.name, err)
 		}
 	}
 	tok, err := tokenizer.Load(dir)
 	if err != nil {
-		return nil, fmt.Errorf("calibrate: %w", err)
+		return nil, nil, fmt.Errorf("calibrate: %w", err)
 	}
 	bar := progressBar(noBar{})
 	opts := calib.Options{Text: s.calibText, MaxTokens: s.calibTokens, Workers: s.workers, Hessians: s.gptq}
@@ -95,14 +95,35 @@ func calibrate(ctx context.Context, dir string, plans []*tensorPlan, s settings,
 	bar.Finish()
 	if err != nil {
 		if errors.Is(err, calib.ErrHessiansTooLarge) {
-			return nil, fmt.Errorf("--gptq: %w", err)
+			return nil, nil, fmt.Errorf("--gptq: %w", err)
 		}
-		return nil, fmt.Errorf("calibrate: %w", err)
+		return nil, nil, fmt.Errorf("calibrate: %w", err)
+	}
+	var sens *calib.Sensitivity
+	if s.target > 0 {
+		// A mix ranks its tensors by what each costs the model's output.
+		bar = progressBar(noBar{})
+		sopts := calib.SensitivityOptions{Text: s.calibText, Compensate: s.gptq}
+		if progress != nil {
+			var shown int
+			sopts.Progress = func(done, total int) {
+				if shown == 0 {
+					bar = newCountBar(progress, int64(total), "measure each tensor's sensitivity")
+				}
+				bar.Add(done - shown)
+				shown = done
+			}
+		}
+		sens, err = calib.MeasureSensitivity(ctx, m, tok, st, sopts)
+		bar.Finish()
+		if err != nil {
+			return nil, nil, fmt.Errorf("calibrate: %w", err)
+		}
 	}
 	// Hand the float model's memory back now: left to the collector, it
 	// would stay resident while quantizing grew the heap to twice its size.
 	debug.FreeOSMemory()
-	return st, nil
+	return st, sens, nil
 }
 
 // storable is nil when one of formats stores w, else the first's complaint.
@@ -159,7 +180,7 @@ func planMix(ctx context.Context, set *safetensors.Set, plans []*tensorPlan, s s
 			if err != nil {
 				return err
 			}
-			if costs[i], err = calib.Measure(gctx, s.stats, p.name, w, p.rows, p.cols, cands); err != nil {
+			if costs[i], err = calib.Measure(gctx, s.stats, p.name, w, p.rows, p.cols, cands, calib.MeasureOptions{Compensate: s.gptq, Sensitivity: s.sens}); err != nil {
 				return fmt.Errorf("tensor %s: %w", p.name, err)
 			}
 			bar.Add(1)

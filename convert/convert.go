@@ -140,6 +140,8 @@ type settings struct {
 	calibText, calibSource string
 	calibTokens            int
 	stats                  *calib.Stats
+	// sens is the linear weights' sensitivity a mix measures (calib.MeasureSensitivity).
+	sens *calib.Sensitivity
 	// gptq compensates the linear weights' errors (Options.GPTQ).
 	gptq bool
 }
@@ -221,7 +223,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		s.calibrate = false
 	}
 	if s.calibrate {
-		if s.stats, err = calibrate(ctx, snap.Dir, plans, s, opts.Progress); err != nil {
+		if s.stats, s.sens, err = calibrate(ctx, snap.Dir, plans, s, opts.Progress); err != nil {
 			return nil, err
 		}
 	}

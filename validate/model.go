@@ -43,17 +43,18 @@ type Thresholds struct {
 // without training for it loses far more (top-1 15% and 2%, perplexity x2.8
 // and x13) and fails, which is the honest answer for a model that small.
 //
-// GGUF's block formats take the marks of the lowbit format of as many bits
-// or fewer (q5_0 ... q6k and q4k: q4's; q3k and q2k: q2's); a model whose
+// GGUF's block formats and lowbit's super-block formats take the marks of
+// the lowbit format of as many bits or fewer (q5_0 ... q6k, q4k and q4s:
+// q4's; q3k, q2k, q3s and q2s: q2's); a model whose
 // rows are not whole blocks stores most of its matrices in the fallback
 // formats anyway (convert's notes say which).
 func DefaultThresholds(format string) Thresholds {
 	switch format {
 	case "q8":
 		return Thresholds{MaxKLDMean: 0.01, MaxKLDP99: 0.1, MinTop1: 0.90, MaxPPLRatio: 1.02}
-	case "q4", "q4k", "q5_0", "q5_1", "q5k", "q6k":
+	case "q4", "q4s", "q4k", "q5_0", "q5_1", "q5k", "q6k":
 		return Thresholds{MaxKLDMean: 0.25, MaxKLDP99: 2.5, MinTop1: 0.65, MaxPPLRatio: 1.2}
-	case "q2", "tq2", "q2k", "q3k":
+	case "q2", "tq2", "q2k", "q3k", "q2s", "q3s":
 		return Thresholds{MaxKLDMean: 1.0, MaxKLDP99: 6, MinTop1: 0.40, MaxPPLRatio: 2}
 	case "q1":
 		return Thresholds{MaxKLDMean: 2.0, MaxKLDP99: 10, MinTop1: 0.25, MaxPPLRatio: 4}

@@ -60,8 +60,10 @@ type SweepOptions struct {
 	// MaxTokens caps the tokens of each text (0: 8192).
 	MaxTokens int
 	// Calib is the calibration of the calibrated variants and mixes (nil:
-	// none may be asked for).
-	Calib *calib.Stats
+	// none may be asked for), and CalibText its text ("": the built-in
+	// one), which the mixes also measure their tensors' sensitivity on.
+	Calib     *calib.Stats
+	CalibText string
 	// Variants are the rows (nil: DefaultVariants(nil)).
 	Variants []SweepVariant
 	// Workers bounds the goroutines quantizing (0: GOMAXPROCS).
@@ -157,7 +159,7 @@ func Sweep(ctx context.Context, ref *model.Model, tok tokenizer.Tokenizer, opts 
 	if window <= 0 {
 		window = 256
 	}
-	var costs []calib.Costs
+	costs := map[bool][]calib.Costs{} // by compensation
 	cands := calib.Candidates()
 	var rows []SweepRow
 	for i, v := range variants {
@@ -172,17 +174,24 @@ func Sweep(ctx context.Context, ref *model.Model, tok tokenizer.Tokenizer, opts 
 			continue // a block format whose blocks the model's rows are not whole numbers of
 		}
 		if v.TargetBits > 0 {
-			if costs == nil {
+			cs := costs[v.Compensated]
+			if cs == nil {
 				var err error
-				if costs, err = mixCosts(ctx, ref, opts.Calib, cands, opts.Workers); err != nil {
+				sens, err := calib.MeasureSensitivity(ctx, ref, tok, opts.Calib, calib.SensitivityOptions{Text: opts.CalibText, Compensate: v.Compensated})
+				if err != nil {
+					return nil, fmt.Errorf("validate: sweep: %s: %w", v.Name, err)
+				}
+				mo := calib.MeasureOptions{Compensate: v.Compensated, Sensitivity: sens}
+				if cs, err = mixCosts(ctx, ref, opts.Calib, cands, mo, opts.Workers); err != nil {
 					return nil, err
 				}
+				costs[v.Compensated] = cs
 			}
-			pick, err := calib.Mix(costs, v.TargetBits)
+			pick, err := calib.Mix(cs, v.TargetBits)
 			if err != nil {
 				return nil, fmt.Errorf("validate: sweep: %s: %w", v.Name, err)
 			}
-			for t, c := range costs {
+			for t, c := range cs {
 				plan[c.Name] = cands[pick[t]]
 			}
 		}
@@ -220,8 +229,8 @@ func linearNames(ref *model.Model) []string {
 	return names
 }
 
-// mixCosts measures every linear weight of ref at every candidate.
-func mixCosts(ctx context.Context, ref *model.Model, st *calib.Stats, cands []calib.Candidate, workers int) ([]calib.Costs, error) {
+// mixCosts measures every linear weight of ref at every candidate (calib.Measure).
+func mixCosts(ctx context.Context, ref *model.Model, st *calib.Stats, cands []calib.Candidate, mo calib.MeasureOptions, workers int) ([]calib.Costs, error) {
 	names := linearNames(ref)
 	costs := make([]calib.Costs, len(names))
 	g, gctx := errgroup.WithContext(ctx)
@@ -236,7 +245,7 @@ func mixCosts(ctx context.Context, ref *model.Model, st *calib.Stats, cands []ca
 			for _, r := range calib.SampleRows(w.Rows) {
 				sample = append(sample, w.F32[r*w.Cols:(r+1)*w.Cols]...)
 			}
-			c, err := calib.Measure(gctx, st, name, sample, w.Rows, w.Cols, cands)
+			c, err := calib.Measure(gctx, st, name, sample, w.Rows, w.Cols, cands, mo)
 			costs[i] = c
 			return err
 		})
@@ -524,7 +533,7 @@ func SweepDir(ctx context.Context, dir string, o SweepDirOptions) (*SweepReport,
 	for _, t := range texts {
 		rep.Texts = append(rep.Texts, SweepTextInfo{Name: t.Name, SHA256: calib.TextHash(t.Text)})
 	}
-	rep.Rows, err = Sweep(ctx, ref, tok, SweepOptions{Texts: texts, Window: o.Window, MaxTokens: o.MaxTokens, Calib: st,
+	rep.Rows, err = Sweep(ctx, ref, tok, SweepOptions{Texts: texts, Window: o.Window, MaxTokens: o.MaxTokens, Calib: st, CalibText: o.CalibText,
 		Variants: variants, Workers: o.Workers, Progress: o.Progress})
 	if err != nil {
 		return nil, err
