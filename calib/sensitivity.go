@@ -207,28 +207,12 @@ func logProbs(ctx context.Context, m *model.Model, ids []int, bos, window int) (
 			return nil, fmt.Errorf("calib: sensitivity: %w", err)
 		}
 		for p := range len(in) {
-			out = append(out, logSoftmax(fo.Logits[p*v:(p+1)*v])...)
+			for _, l := range model.LogSoftmax(fo.Logits[p*v : (p+1)*v]) {
+				out = append(out, float32(l)) // (float32: a row per position of every pass)
+			}
 		}
 	}
 	return out, nil
-}
-
-// logSoftmax is x's log-softmax, in float32 after a float64 sum.
-func logSoftmax(x []float32) []float32 {
-	mx := math.Inf(-1)
-	for _, v := range x {
-		mx = math.Max(mx, float64(v))
-	}
-	var s float64
-	for _, v := range x {
-		s += math.Exp(float64(v) - mx)
-	}
-	lse := mx + math.Log(s)
-	out := make([]float32, len(x))
-	for i, v := range x {
-		out[i] = float32(float64(v) - lse)
-	}
-	return out
 }
 
 // meanKLD is the mean over positions of KL(ref ‖ q), both log-probability

@@ -321,6 +321,26 @@ func SampleDraw(logits []float32, d *Draw) int {
 	return s.Sample(logits, d.Recent)
 }
 
+// LogSoftmax is the log-probabilities of logits x, in float64 (the sum
+// of exponentials taken in float64 below the largest value): what
+// validation's and calibration's divergences are measured on.
+func LogSoftmax(x []float32) []float64 {
+	mx := math.Inf(-1)
+	for _, v := range x {
+		mx = math.Max(mx, float64(v))
+	}
+	var s float64
+	for _, v := range x {
+		s += math.Exp(float64(v) - mx)
+	}
+	ls := math.Log(s)
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = (float64(v) - mx) - ls // (not v - (mx + ls): exact for logits far from zero)
+	}
+	return out
+}
+
 // Argmax is the index of the largest value (the first on ties): the
 // greedy token, as every backend picks it.
 func Argmax(x []float32) int {

@@ -150,3 +150,29 @@ func BenchmarkSampleTopK(b *testing.B) {
 		s.Sample(logits, nil)
 	}
 }
+
+// TestLogSoftmax: log-probabilities whose exponentials sum to one, the
+// same for logits shifted by a constant, and finite for large logits.
+func TestLogSoftmax(t *testing.T) {
+	for _, x := range [][]float32{{0}, {1, 2, 3}, {-5, 0, 5, 1e4}, {1e30, 1e30}} {
+		lp := LogSoftmax(x)
+		shifted := make([]float32, len(x))
+		for i, v := range x {
+			shifted[i] = v - 7
+		}
+		ls := LogSoftmax(shifted)
+		var s float64
+		for i, l := range lp {
+			if math.IsNaN(l) || l > 0 {
+				t.Fatalf("%v: log-probability %v", x, l)
+			}
+			s += math.Exp(l)
+			if math.Abs(l-ls[i]) > 1e-4*math.Max(1, math.Abs(l)) && math.Abs(float64(x[i])) < 1e6 {
+				t.Errorf("%v: shifted by 7, %v against %v", x, ls[i], l)
+			}
+		}
+		if math.Abs(s-1) > 1e-9 {
+			t.Errorf("%v: probabilities sum to %v", x, s)
+		}
+	}
+}

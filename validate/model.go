@@ -228,7 +228,7 @@ func CompareModels(ctx context.Context, quant, ref *model.Model, tok tokenizer.T
 		// Position p predicts in[p+1]; positions before the chunk's first
 		// token (BOS) predict it too.
 		for p := 0; p+1 < len(in); p++ {
-			lq, lr := logSoftmax(qo.Logits[p*v:(p+1)*v]), logSoftmax(ro.Logits[p*v:(p+1)*v])
+			lq, lr := model.LogSoftmax(qo.Logits[p*v:(p+1)*v]), model.LogSoftmax(ro.Logits[p*v:(p+1)*v])
 			var kld float64
 			for i, a := range lr {
 				if pa := math.Exp(a); pa > 0 {
@@ -281,23 +281,6 @@ func (r *ModelReport) judge() {
 	if len(r.Failures) > 0 {
 		r.Status = Fail
 	}
-}
-
-func logSoftmax(x []float32) []float64 {
-	m := math.Inf(-1)
-	for _, v := range x {
-		m = math.Max(m, float64(v))
-	}
-	var s float64
-	for _, v := range x {
-		s += math.Exp(float64(v) - m)
-	}
-	lse := m + math.Log(s)
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = float64(v) - lse
-	}
-	return out
 }
 
 func argmax64(x []float64) int {
