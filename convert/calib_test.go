@@ -184,9 +184,8 @@ func TestCalibrationPaysOnStories(t *testing.T) {
 	none, cal, gptq := kld["none"], kld[calib.Method], kld[calib.Method+"+"+calib.GPTQ]
 	t.Logf("q4 KLD mean on 2048 sampled tokens: %.4f uncalibrated, %.4f calibrated (%.1f%% lower), %.4f with GPTQ (%.1f%% lower)",
 		none, cal, 100*(1-cal/none), gptq, 100*(1-gptq/none))
-	// Calibration alone does not reach issue 29's 15% on every sampled
-	// text; GPTQ does, with room.
-	if !(cal < 0.9*none) || !(gptq < 0.85*none) || !(gptq < 0.9*cal) {
-		t.Errorf("KLD %.4f calibrated, %.4f with GPTQ: not 10%% and 15%% below the uncalibrated %.4f, and GPTQ 10%% below calibration alone", cal, gptq, none)
+	// Issue 29's bar: calibration alone 15% below; GPTQ below that again.
+	if !(cal < 0.85*none) || !(gptq < 0.85*none) || !(gptq < 0.9*cal) {
+		t.Errorf("KLD %.4f calibrated, %.4f with GPTQ: not 15%% below the uncalibrated %.4f, or GPTQ not 10%% below calibration alone", cal, gptq, none)
 	}
 }
