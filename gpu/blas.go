@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"cmp"
 	"fmt"
 	"os"
 
@@ -46,7 +45,7 @@ func (d *Device) blasFor(m *Matrix, n int) *cuda.BLAS {
 // blasMinTokens, when disabled, or when the library could not be loaded
 // (device thread).
 func (d *Device) blasLoaded(n int) *cuda.BLAS {
-	if n < cmp.Or(d.exp.blasMin, blasMinTokens) || d.blasOff {
+	if n < blasMinTokens || d.blasOff {
 		return nil
 	}
 	if !d.blasTried {

@@ -26,10 +26,6 @@ type experiments struct {
 	// separated: qkv, attn, o, gateup, down, head): the time a step loses
 	// with one gone is what it costs in the pipeline. The outputs are wrong.
 	skip map[string]bool
-	// batchMax sets the most tokens a product takes the batch kernels
-	// with (LOWBIT_BATCH_MAX; 0: batchMaxTokens), blasMin the fewest it
-	// takes cuBLAS with (LOWBIT_BLAS_MIN; 0: blasMinTokens).
-	batchMax, blasMin int
 	// ptxDir names a directory whose PTX files replace the embedded ones
 	// (LOWBIT_PTX_DIR: freshly built PTX on the GPU machine, before it is
 	// committed).

@@ -32,15 +32,6 @@ func readExperiments() (experiments, error) {
 		}
 		e.attnBlocks = n
 	}
-	for name, dst := range map[string]*int{"LOWBIT_BATCH_MAX": &e.batchMax, "LOWBIT_BLAS_MIN": &e.blasMin} {
-		if v := os.Getenv(name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				return e, fmt.Errorf("gpu: %s=%q is not a positive number of tokens", name, v)
-			}
-			*dst = n
-		}
-	}
 	for _, s := range strings.Split(os.Getenv("LOWBIT_SKIP"), ",") {
 		if s != "" {
 			e.skip[s] = true

@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 
@@ -670,7 +669,7 @@ func (d *Device) matmul(m *Matrix, X, Y Buffer, n int) error {
 	if m.rowScale.Ptr() != 0 {
 		return fmt.Errorf("gpu: matmul: a joined tq2 matrix [%d, %d] takes the int8 product only", m.Rows, m.Cols)
 	}
-	if name, shared, ok := d.batchShared(m, n); ok && n <= cmp.Or(d.exp.batchMax, batchMaxTokens) {
+	if name, shared, ok := d.batchShared(m, n); ok {
 		if err := d.allowShared(name, shared); err != nil {
 			return err
 		}
@@ -683,7 +682,7 @@ func (d *Device) matmul(m *Matrix, X, Y Buffer, n int) error {
 			argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argBuf(X), argBuf(Y),
 			argInt(m.Rows), argInt(m.blocks()), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()), argInt(n))
 	}
-	if name, ok := batchKernel(m, n); ok && n <= cmp.Or(d.exp.batchMax, batchMaxTokens) {
+	if name, ok := batchKernel(m, n); ok {
 		return d.launchPDL(name, grid2((m.Rows+3)/4, (n+batchVectors-1)/batchVectors), grid1(128), 0,
 			argBuf(m.data), argBuf(m.scales), argBuf(m.mins), argBuf(X), argBuf(Y),
 			argInt(m.Rows), argInt(m.blocks()), argInt(m.rowBytes), argInt(m.groupBlocks()), argInt(m.groups()), argInt(n))
