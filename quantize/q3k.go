@@ -100,22 +100,12 @@ func dotQ3K(t *Tensor, r int, x []float32) float32 {
 	if !haveAVX2 || nb == 0 {
 		return dotQ3KGo(t, r, x)
 	}
-	src := t.rowData(r)
-	_ = x[nb*256-1] // the assembly reads this far
-	var sc [16 * kChunk]float32
-	var sum float32
-	for b0 := 0; b0 < nb; b0 += kChunk {
-		n := min(kChunk, nb-b0)
-		for b := range n {
-			blk := src[(b0+b)*110 : (b0+b+1)*110]
-			d := f16At(blk[108:])
-			for k := range 16 {
-				sc[16*b+k] = d * float32(q3kScale(blk[96:108], k)-32)
-			}
+	return dotK16Scaled(t.rowData(r), x, nb, 110, func(blk []byte, sc []float32) {
+		d := f16At(blk[108:])
+		for k := range 16 {
+			sc[k] = d * float32(q3kScale(blk[96:108], k)-32)
 		}
-		sum += dotQ3KAVX2(&src[b0*110], &x[b0*256], &sc[0], n)
-	}
-	return sum
+	}, dotQ3KAVX2)
 }
 
 // dotQ3KGo is dotQ3K in plain Go (the reference of the assembly).

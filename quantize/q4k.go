@@ -157,3 +157,20 @@ func dotKScaled(src []byte, x []float32, nb, bb int, asm func(q *byte, x *float3
 	}
 	return sum
 }
+
+// dotK16Scaled is dotKScaled for the formats of 16 signed sub-block
+// scales and no minimums (q3k, q6k): scales writes a block's 16 scales
+// (d folded in) into sc.
+func dotK16Scaled(src []byte, x []float32, nb, bb int, scales func(blk []byte, sc []float32), asm func(q *byte, x *float32, sc *float32, n int) float32) float32 {
+	_ = x[nb*256-1] // the assembly reads this far
+	var sc [16 * kChunk]float32
+	var sum float32
+	for b0 := 0; b0 < nb; b0 += kChunk {
+		n := min(kChunk, nb-b0)
+		for b := range n {
+			scales(src[(b0+b)*bb:(b0+b+1)*bb], sc[16*b:16*b+16])
+		}
+		sum += asm(&src[b0*bb], &x[b0*256], &sc[0], n)
+	}
+	return sum
+}

@@ -88,22 +88,12 @@ func dotQ6K(t *Tensor, r int, x []float32) float32 {
 	if !haveAVX2 || nb == 0 {
 		return dotQ6KGo(t, r, x)
 	}
-	src := t.rowData(r)
-	_ = x[nb*256-1] // the assembly reads this far
-	var sc [16 * kChunk]float32
-	var sum float32
-	for b0 := 0; b0 < nb; b0 += kChunk {
-		n := min(kChunk, nb-b0)
-		for b := range n {
-			blk := src[(b0+b)*210 : (b0+b+1)*210]
-			d := f16At(blk[208:])
-			for k := range 16 {
-				sc[16*b+k] = d * float32(int8(blk[192+k]))
-			}
+	return dotK16Scaled(t.rowData(r), x, nb, 210, func(blk []byte, sc []float32) {
+		d := f16At(blk[208:])
+		for k := range 16 {
+			sc[k] = d * float32(int8(blk[192+k]))
 		}
-		sum += dotQ6KAVX2(&src[b0*210], &x[b0*256], &sc[0], n)
-	}
-	return sum
+	}, dotQ6KAVX2)
 }
 
 // dotQ6KGo is dotQ6K in plain Go (the reference of the assembly).
