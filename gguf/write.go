@@ -389,48 +389,13 @@ func appendValue(b []byte, v Value) []byte {
 	// An array: element type, count, elements.
 	b = le.AppendUint64(le.AppendUint32(b, uint32(v.elem)), uint64(v.Len()))
 	switch a := v.v.(type) {
-	case []uint8:
-		return append(b, a...)
-	case []int8:
-		for _, x := range a {
-			b = append(b, byte(x))
+	case []uint8, []int8, []uint16, []int16, []uint32, []int32, []uint64, []int64, []float32, []float64, []bool:
+		// Fixed-size elements, little-endian one after another.
+		out, err := binary.Append(b, le, a)
+		if err != nil {
+			panic(err) // unreachable: every case is a slice of fixed-size values
 		}
-	case []uint16:
-		for _, x := range a {
-			b = le.AppendUint16(b, x)
-		}
-	case []int16:
-		for _, x := range a {
-			b = le.AppendUint16(b, uint16(x))
-		}
-	case []uint32:
-		for _, x := range a {
-			b = le.AppendUint32(b, x)
-		}
-	case []int32:
-		for _, x := range a {
-			b = le.AppendUint32(b, uint32(x))
-		}
-	case []uint64:
-		for _, x := range a {
-			b = le.AppendUint64(b, x)
-		}
-	case []int64:
-		for _, x := range a {
-			b = le.AppendUint64(b, uint64(x))
-		}
-	case []float32:
-		for _, x := range a {
-			b = le.AppendUint32(b, math.Float32bits(x))
-		}
-	case []float64:
-		for _, x := range a {
-			b = le.AppendUint64(b, math.Float64bits(x))
-		}
-	case []bool:
-		for _, x := range a {
-			b = appendValue(b, Value{typ: TypeBool, v: x})
-		}
+		return out
 	case []string:
 		for _, s := range a {
 			b = appendString(b, s)
