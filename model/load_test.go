@@ -94,17 +94,7 @@ func TestQuantizedFormats(t *testing.T) {
 		if got := m.Weights["model.layers.1.self_attn.o_proj.weight"].Format(); got != tc.f {
 			t.Fatalf("o_proj is %s, want %s", got, tc.f)
 		}
-		deq := map[string]*Weight{}
-		for n, w := range m.Weights {
-			if w.Q != nil {
-				w = FloatWeight(w.Rows, w.Cols, w.Q.Dequantize())
-			}
-			deq[n] = w
-		}
-		dm, err := New(m.Config, deq)
-		if err != nil {
-			t.Fatal(err)
-		}
+		dm := dequantized(t, m)
 		out := forwardAll(t, m, tokens)
 		e := quantize.RelL2(forwardAll(t, dm, tokens), out)
 		t.Logf("%s: rel L2 to dequantized %.3g, to FP32 %.3g", tc.f, e, quantize.RelL2(refOut, out))
@@ -136,17 +126,7 @@ func TestBlockFormatsLoad(t *testing.T) {
 				t.Fatalf("%s is %s, want %s", name, got, f)
 			}
 		}
-		deq := map[string]*Weight{}
-		for n, w := range m.Weights {
-			if w.Q != nil {
-				w = FloatWeight(w.Rows, w.Cols, w.Q.Dequantize())
-			}
-			deq[n] = w
-		}
-		dm, err := New(m.Config, deq)
-		if err != nil {
-			t.Fatal(err)
-		}
+		dm := dequantized(t, m)
 		want := forwardAll(t, dm, tokens)
 		if e := quantize.RelL2(want, forwardAll(t, m, tokens)); !(e < 1e-5) {
 			t.Errorf("%s: prompt logits differ from the dequantized model's by %.3g", f, e)
