@@ -100,12 +100,12 @@ func (b *Backend) Linear(x model.Buf, norm model.Norm, outs ...model.Output) {
 	for i := 0; i < len(outs); i++ {
 		o := outs[i]
 		if j, k := joinedRun(outs, ws, ups, i); n == 1 && j != nil {
-			b.product(j, in, b.span(o.Dst, j.Rows), 1) // a run of a joined group (its biases below)
-			for ; k > 0; k-- {
-				b.addBias(dsts[i], biases[i], outs[i].W.Rows())
-				i++
+			// A run of a joined group: one product, then each part's bias.
+			b.product(j, in, b.span(o.Dst, j.Rows), 1)
+			for p := i; p < i+k; p++ {
+				b.addBias(dsts[p], biases[p], outs[p].W.Rows())
 			}
-			i--
+			i += k - 1
 			continue
 		}
 		if ups[i] != nil {
